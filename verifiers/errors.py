@@ -1,0 +1,94 @@
+"""Every typed error of verifiers, in one place.
+
+Each error carries a one-line message that names the problem and, where one
+exists, the fix (``hint``). The CLIs print ``error: <message>`` and exit 2 for
+any :class:`VerifiersError` raised by bad input, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class VerifiersError(Exception):
+    """Base class. ``str(err)`` is one line: the problem, then the fix."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message} ({hint})" if hint else message)
+
+
+class ConfigError(VerifiersError, ValueError):
+    """A configuration value (dataclass field, TOML key, CLI flag) is invalid."""
+
+
+class DatasetFormatError(ConfigError):
+    """A dataset lacks the columns an environment needs (e.g. neither `prompt` nor `question`)."""
+
+
+class EnvironmentNotFoundError(VerifiersError, ImportError):
+    """`load_environment` could not import the module for an environment id."""
+
+
+class EnvironmentArgsError(ConfigError, TypeError):
+    """An environment was given an argument its `load_environment` does not accept."""
+
+
+class MissingExtraError(VerifiersError, ImportError):
+    """An optional dependency is missing; the message names the pip extra to install."""
+
+    def __init__(self, feature: str, extra: str, cause: BaseException | None = None):
+        detail = f": {cause}" if cause else ""
+        super().__init__(
+            f"{feature} needs the '{extra}' extra{detail}",
+            hint=f"install it with: pip install 'verifiers[{extra}]'",
+        )
+        self.extra = extra
+
+
+class ServerError(VerifiersError):
+    """The inference server answered with an error, or could not be reached."""
+
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        url: str | None = None,
+        status: int | None = None,
+        body: str | None = None,
+    ):
+        parts = [message]
+        if url:
+            parts.append(f"url={url}")
+        if status is not None:
+            parts.append(f"status={status}")
+        if body:
+            parts.append(f"body={body[:300]!r}")
+        super().__init__(" ".join(parts), hint)
+        self.url, self.status, self.body = url, status, body
+
+
+class ServerUnreachableError(ServerError):
+    """Nothing answered at the server's address (connection refused, DNS, ...)."""
+
+
+class ServerTimeoutError(ServerError):
+    """The server did not become ready, or did not answer, within the time limit."""
+
+
+class WeightSyncError(ServerError):
+    """A weight or adapter update failed; ``stage`` names the step that failed."""
+
+    def __init__(self, stage: str, message: str, **kw):
+        super().__init__(f"weight sync failed at stage '{stage}': {message}", **kw)
+        self.stage = stage
+
+
+class GenerationError(VerifiersError):
+    """Rollout generation failed in the background generator; the cause is chained."""
+
+
+class TemplateRewriteError(VerifiersError):
+    """A chat template rewrote earlier turns, so a rollout's turns do not extend each other."""
