@@ -1,5 +1,161 @@
-"""Placeholder: being written."""
+"""JudgeRubric: reward functions that ask another model to grade a response.
 
-class JudgeRubric:  # noqa
-    pass
+Reward functions of a JudgeRubric may take a ``judge`` argument: an async
+callable ``await judge(prompt, completion, answer, state) -> str`` that fills
+``judge_prompt`` with the question, the reference answer and the parsed
+response, sends it to ``judge_model`` and returns the reply text. Replies are
+cached in ``state["judge_response"]`` (keyed by the filled-in judge prompt),
+so several functions judging the same rollout cost one call.
 
+Example::
+
+    rubric = vf.JudgeRubric()
+
+    async def correct(prompt, completion, answer, state, judge) -> float:
+        reply = await judge(prompt, completion, answer, state)
+        return 1.0 if "yes" in reply.lower() else 0.0
+
+    rubric.add_reward_func(correct)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from verifiers.errors import ConfigError
+from verifiers.parsers.parser import Parser, message_field, message_text
+from verifiers.rubrics.rubric import Rubric
+from verifiers.types import Info, Messages, RewardFunc, SamplingArgs, State
+from verifiers.utils.async_utils import is_async_callable
+
+DEFAULT_JUDGE_PROMPT = """You are grading a response against a reference answer.
+
+Question:
+{question}
+
+Reference answer:
+{answer}
+
+Response:
+{response}
+
+Does the response give the same final answer as the reference answer? Reply with "yes" or "no" only."""
+
+
+def question_text(prompt: Messages) -> str:
+    """The question of a prompt: the string itself, or the last user message's text."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m for m in prompt if message_field(m, "role") == "user"]
+    return message_text(users[-1]) if users else ""
+
+
+def reply_text(response: Any) -> str:
+    """The text of a chat completion response (an OpenAI object or a dict)."""
+    choices = message_field(response, "choices")
+    if not choices:
+        raise ValueError(f"judge response has no choices: {response!r:.200}")
+    content = message_field(message_field(choices[0], "message"), "content")
+    return content if isinstance(content, str) else ""
+
+
+class JudgeRubric(Rubric):
+    """A rubric whose reward functions can call an LLM judge.
+
+    Args:
+        judge_client: an OpenAI-compatible client, async (``AsyncOpenAI``) or
+            sync (``OpenAI``; its calls run in a thread). Default: an
+            ``AsyncOpenAI()`` created at the first judge call, so a rubric can
+            be built without ``OPENAI_API_KEY`` set.
+        judge_model: the model name sent to the client.
+        judge_prompt: a ``str.format`` template with ``{question}``,
+            ``{answer}`` and ``{response}`` (write literal braces as ``{{ }}``).
+        judge_sampling_args: extra arguments for ``chat.completions.create``
+            (e.g. ``temperature``, ``max_tokens``; non-OpenAI ones go under
+            ``extra_body``). None values are left out.
+        parser: extracts the response from a completion (``parse_answer``).
+    """
+
+    reward_arg_names = Rubric.reward_arg_names + ("judge",)
+
+    def __init__(
+        self,
+        judge_client: Any | None = None,
+        judge_model: str = "gpt-4.1-nano",
+        judge_prompt: str = DEFAULT_JUDGE_PROMPT,
+        judge_sampling_args: SamplingArgs | None = None,
+        parser: Parser | None = None,
+        funcs: Sequence[RewardFunc] | None = None,
+        weights: Sequence[float] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(funcs=funcs, weights=weights, parser=parser, **kwargs)
+        try:
+            judge_prompt.format(question="", answer="", response="")
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
+            raise ConfigError(
+                f"judge_prompt is not a valid template ({type(e).__name__}: {e})",
+                "use only {question}, {answer} and {response}, and write literal braces as {{ }}",
+            ) from e
+        self._judge_client = judge_client
+        self.judge_model = judge_model
+        self.judge_prompt = judge_prompt
+        self.judge_sampling_args = dict(judge_sampling_args or {})
+
+    @property
+    def judge_client(self) -> Any:
+        """The client used by ``judge``; the default ``AsyncOpenAI()`` is made on first access."""
+        if self._judge_client is None:
+            from openai import AsyncOpenAI  # deferred: it reads OPENAI_API_KEY when created
+
+            self._judge_client = AsyncOpenAI()
+        return self._judge_client
+
+    @judge_client.setter
+    def judge_client(self, client: Any) -> None:
+        self._judge_client = client
+
+    def _reward_func_args(
+        self, prompt: Messages, completion: Messages, answer: Any, state: State, task: str, info: Info
+    ) -> dict[str, Any]:
+        args = super()._reward_func_args(prompt, completion, answer, state, task, info)
+        args["judge"] = self.judge
+        return args
+
+    async def judge(
+        self, prompt: Messages, completion: Messages, answer: Any, state: State | None = None, **kwargs: Any
+    ) -> str:
+        """Ask the judge model about this rollout and return its reply (cached in ``state``)."""
+        response = self.parser.parse_answer(completion)
+        text = self.judge_prompt.format(
+            question=question_text(prompt),
+            answer="" if answer is None else answer,
+            response="" if response is None else response,
+        )
+        cache = state.get("judge_response") if state is not None else None
+        if not isinstance(cache, dict):
+            cache = {}
+            if state is not None:
+                state["judge_response"] = cache
+        if text in cache:
+            return cache[text]
+        reply = await self._ask(text)
+        cache[text] = reply
+        return reply
+
+    async def _ask(self, text: str) -> str:
+        create = self.judge_client.chat.completions.create
+        kwargs = {k: v for k, v in self.judge_sampling_args.items() if v is not None}
+        kwargs["model"] = self.judge_model
+        kwargs["messages"] = [{"role": "user", "content": text}]
+        if is_async_callable(create):  # AsyncOpenAI (its method wraps an async def)
+            result = create(**kwargs)
+        else:
+            # A sync client blocks for the whole HTTP call: keep it off the event loop.
+            result = await asyncio.to_thread(create, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return reply_text(result)

@@ -1,5 +1,193 @@
-"""Placeholder: being written."""
+"""``vf.load_environment``: turn an environment id into an ``Environment``.
+
+An environment is an installed Python module (usually its own package built
+with ``vf-init`` / ``vf-install``) whose ``load_environment(**kwargs)`` returns a
+``vf.Environment``. The id maps to the module name with ``-`` -> ``_``, so
+``reverse-text`` imports ``reverse_text``.
+
+The checks here exist to turn the common mistakes into one-line errors that say
+what to do: an id that is not installed (often: created but never installed),
+an argument the environment does not take (listing the ones it does), or a
+loader that returns something else. Errors raised *inside* the environment's
+own code are never hidden behind "not found".
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import keyword
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from verifiers.errors import ConfigError, EnvironmentArgsError, EnvironmentNotFoundError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from verifiers.envs.environment import Environment
+
+LOCAL_ENVIRONMENTS_DIR = Path("environments")
+"""Where ``vf-init`` puts new environments, relative to the working directory."""
+
+_ACTIVATED_PTH: set[str] = set()
 
 
-def load_environment(env_id, **env_args):  # noqa
-    raise NotImplementedError
+def module_name_for(env_id: str) -> str:
+    """The module name an environment id imports (``reverse-text`` -> ``reverse_text``)."""
+    return env_id.strip().replace("-", "_")
+
+
+def load_environment(env_id: str, **env_args: Any) -> Environment:
+    """Import the environment module for ``env_id`` and call its ``load_environment(**env_args)``.
+
+    Raises:
+        EnvironmentNotFoundError: no module for ``env_id`` can be imported, or the
+            module itself failed to import (e.g. a missing dependency, named).
+        EnvironmentArgsError: ``env_args`` holds an argument the loader does not
+            accept, or misses one it requires.
+        ConfigError: the module has no ``load_environment``, or it returned
+            something that is not a ``vf.Environment``.
+    """
+    module = _import_env_module(env_id)
+    loader = getattr(module, "load_environment", None)
+    if not callable(loader):
+        raise ConfigError(
+            f"environment module '{module.__name__}' has no load_environment function",
+            hint="define `def load_environment(**kwargs) -> vf.Environment` in it",
+        )
+    check_env_args(env_id, loader, env_args)
+    env = loader(**env_args)
+
+    from verifiers.envs.environment import Environment
+
+    if not isinstance(env, Environment):
+        raise ConfigError(
+            f"load_environment of '{env_id}' returned {type(env).__name__}, not a vf.Environment",
+            hint="return an Environment such as vf.SingleTurnEnv(...) from it",
+        )
+    return env
+
+
+def _import_env_module(env_id: str) -> ModuleType:
+    """Import the module for ``env_id``, telling "not installed" apart from "broke while importing"."""
+    module_name = module_name_for(env_id)
+    if not module_name.isidentifier() or keyword.iskeyword(module_name):
+        raise EnvironmentNotFoundError(
+            f"'{env_id}' is not a valid environment id",
+            hint="use letters, digits, '-' and '_', starting with a letter (e.g. reverse-text)",
+        )
+    for attempt in range(2):
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:
+                # The module was found, but something it imports is missing: say
+                # which, instead of claiming the environment does not exist.
+                raise _import_failure(env_id, module_name, err) from err
+            if attempt == 0:  # maybe installed after start-up: refresh the import system, retry once
+                _activate_new_install(module_name)
+                continue
+            raise _not_found(env_id, module_name) from None
+        except ImportError as err:
+            raise _import_failure(env_id, module_name, err) from err
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _activate_new_install(module_name: str) -> None:
+    """Make a package pip-installed after this interpreter started importable.
+
+    ``vf-install`` in a notebook (``!vf-install my-env``) writes an editable
+    install's ``__editable__.<name>-<version>.pth`` file, but ``.pth`` files are
+    read only at interpreter start-up. Processing just that package's file, as
+    ``site`` would have, lets ``load_environment`` find it without a restart.
+    """
+    import site
+    import sys
+
+    importlib.invalidate_caches()  # finders cache directory listings
+    dirs = [*site.getsitepackages(), site.getusersitepackages()] if hasattr(site, "getsitepackages") else []
+    for sitedir in dict.fromkeys(d for d in dirs if Path(d).is_dir()):
+        for pth in sorted(Path(sitedir).glob(f"__editable__.{module_name}-*.pth")):
+            if str(pth) in _ACTIVATED_PTH:  # never install the same finder twice
+                continue
+            _ACTIVATED_PTH.add(str(pth))
+            for line in pth.read_text(encoding="utf-8").splitlines():
+                line = line.strip()
+                if line.startswith(("import ", "import\t")):
+                    exec(line, {})  # what site.py does with such lines: installs the finder
+                elif line and not line.startswith("#") and line not in sys.path:
+                    sys.path.append(line)
+    importlib.invalidate_caches()
+
+
+def _not_found(env_id: str, module_name: str) -> EnvironmentNotFoundError:
+    local = LOCAL_ENVIRONMENTS_DIR / module_name
+    if local.is_dir():
+        return EnvironmentNotFoundError(
+            f"environment '{env_id}' is not installed (module '{module_name}' not importable), "
+            f"but {local}/ exists",
+            hint=f"run vf-install {env_id}",
+        )
+    return EnvironmentNotFoundError(
+        f"environment '{env_id}' not found: no module named '{module_name}'",
+        hint=f"install its package (pip install {env_id}, or vf-install {env_id} for ./environments/), "
+        f"or create one with vf-init {env_id}",
+    )
+
+
+def _import_failure(env_id: str, module_name: str, err: ImportError) -> EnvironmentNotFoundError:
+    missing = getattr(err, "name", None)
+    if isinstance(err, ModuleNotFoundError) and missing:
+        top = missing.split(".")[0]
+        new = EnvironmentNotFoundError(
+            f"environment '{env_id}' failed to import: its module '{module_name}' needs "
+            f"'{missing}', which is not installed",
+            hint=f"install the environment's dependencies (e.g. pip install {top}, or vf-install {env_id})",
+        )
+    else:
+        new = EnvironmentNotFoundError(
+            f"environment '{env_id}' failed to import: {err}",
+            hint=f"fix the import in module '{module_name}' or install what it needs",
+        )
+    # Keep ImportError's attributes so `except ModuleNotFoundError`-style
+    # inspection (err.name) still tells which module was missing.
+    new.name = missing
+    return new
+
+
+def check_env_args(env_id: str, loader: Any, env_args: dict[str, Any]) -> None:
+    """Reject arguments ``loader`` does not accept, and required ones that are missing.
+
+    A loader taking ``**kwargs`` accepts any argument name.
+    """
+    try:
+        signature = inspect.signature(loader)
+    except (TypeError, ValueError):  # builtins / C callables: nothing to check
+        return
+    params = signature.parameters.values()
+    named = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    if not takes_any:
+        unknown = [name for name in env_args if name not in named]
+        if unknown:
+            accepted = ", ".join(named) if named else "none"
+            raise EnvironmentArgsError(
+                f"environment '{env_id}' got unknown argument(s): {', '.join(unknown)}; accepted: {accepted}",
+                hint="fix the names in the environment arguments (vf-eval -a '{...}')",
+            )
+    missing = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and p.name not in env_args
+    ]
+    if missing:
+        raise EnvironmentArgsError(
+            f"environment '{env_id}' requires argument(s): {', '.join(missing)}",
+            hint=f"""pass them as environment arguments, e.g. vf-eval ENV -a '{{"{missing[0]}": ...}}'""",
+        )

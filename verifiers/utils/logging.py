@@ -7,6 +7,25 @@ import sys
 import threading
 
 _seen: set[str] = set()
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of the write.
+
+    A handler that kept the stream of its creation would write to a closed file
+    once a test harness (or a notebook) swaps ``sys.stderr``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; ignore
+        pass
 _seen_lock = threading.Lock()
 
 
@@ -17,7 +36,7 @@ def setup_logging(level: str | int = "INFO", log_format: str | None = None, date
         level = logging.getLevelName(level.upper())
     logger.setLevel(level)
     if not any(getattr(h, "_verifiers", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler._verifiers = True  # type: ignore[attr-defined]
         handler.setFormatter(
             logging.Formatter(

@@ -1,0 +1,144 @@
+"""vf-init writes an installable package; vf-install pip-installs it; load_environment then finds it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import verifiers as vf
+from tests.fakeserver import fake_server
+from verifiers.cli import eval as vf_eval
+from verifiers.cli import init as vf_init
+from verifiers.cli import install as vf_install
+
+ROOT = Path(__file__).resolve().parents[1]
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+
+def one_error(capsys, rc: int) -> str:
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def name():
+    return f"vf-test-init-{uuid.uuid4().hex[:6]}"
+
+
+def test_init_writes_an_installable_package(tmp_path, name, capsys):
+    assert vf_init.main([name, "--path", str(tmp_path)]) == 0
+    module = name.replace("-", "_")
+    folder = tmp_path / module
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["pyproject.toml", "README.md", f"{module}.py"])
+    meta = tomllib.loads((folder / "pyproject.toml").read_text())
+    assert meta["project"]["name"] == name
+    assert meta["project"]["dependencies"] == ["verifiers"]
+    assert meta["tool"]["setuptools"]["py-modules"] == [module]
+    source = (folder / f"{module}.py").read_text()
+    compile(source, f"{module}.py", "exec")
+    assert "def load_environment(" in source and "$" not in source
+    assert name in (folder / "README.md").read_text()
+    assert f"vf-install {name}" in capsys.readouterr().out
+
+
+def test_generated_environment_loads_and_scores(tmp_path, name, monkeypatch, capsys):
+    """The template's environment works: a model that answers correctly scores 1 + format reward."""
+    vf_init.main([name, "--path", str(tmp_path)])
+    module = name.replace("-", "_")
+    monkeypatch.syspath_prepend(str(tmp_path / module))
+    monkeypatch.chdir(tmp_path)
+    try:
+        env = vf.load_environment(name, num_examples=4)
+        assert isinstance(env, vf.SingleTurnEnv) and len(env.dataset) == 4
+
+        def solve(request: dict) -> str:
+            a, b = map(int, re.findall(r"\d+", request["messages"][-1]["content"]))
+            return f"<answer>{a + b}</answer>"
+
+        with fake_server(reply=solve) as server:
+            rc = vf_eval.main([name, "-b", server.url, "-n", "4", "-r", "1", "-a", '{"num_examples": 4}'])
+        out = capsys.readouterr().out
+        assert rc == 0
+        assert "correct_answer" in out and "1.200" in out
+    finally:
+        sys.modules.pop(module, None)
+
+
+def test_init_refuses_to_overwrite_unless_forced(tmp_path, name, capsys):
+    assert vf_init.main([name, "--path", str(tmp_path)]) == 0
+    module_file = tmp_path / name.replace("-", "_") / f"{name.replace('-', '_')}.py"
+    module_file.write_text("# my edits\n")
+    line = one_error(capsys, vf_init.main([name, "--path", str(tmp_path)]))
+    assert "already exists" in line and "--force" in line
+    assert module_file.read_text() == "# my edits\n"
+    assert vf_init.main([name, "--path", str(tmp_path), "--force"]) == 0
+    assert "def load_environment" in module_file.read_text()
+
+
+@pytest.mark.parametrize("bad", ["1env", "my env", "json", "class", "verifiers", "env/x"])
+def test_init_rejects_bad_names(tmp_path, capsys, bad):
+    one_error(capsys, vf_init.main([bad, "--path", str(tmp_path)]))
+    assert not any(tmp_path.iterdir())
+
+
+def test_install_missing_folder_says_how_to_create_it(tmp_path, capsys):
+    line = one_error(capsys, vf_install.main(["absent-env", "--path", str(tmp_path)]))
+    assert "absent_env" in line and "vf-init absent-env" in line
+
+
+def test_install_folder_without_pyproject(tmp_path, capsys):
+    (tmp_path / "half_env").mkdir()
+    assert "no pyproject.toml" in one_error(capsys, vf_install.main(["half-env", "--path", str(tmp_path)]))
+
+
+def test_install_reports_pip_failure(tmp_path, capsys, monkeypatch):
+    (tmp_path / "broken_env").mkdir()
+    (tmp_path / "broken_env" / "pyproject.toml").write_text("[project\n")  # pip cannot read it
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    line = one_error(capsys, vf_install.main(["broken-env", "--path", str(tmp_path), "--no-deps"]))
+    assert "pip install -e" in line and "failed" in line
+
+
+def test_init_install_load_roundtrip(tmp_path, name, monkeypatch, capsys):
+    """vf-init -> vf-install (real pip -e into this venv) -> load_environment, in this process and a new one."""
+    monkeypatch.chdir(tmp_path)
+    module = name.replace("-", "_")
+    try:
+        assert vf_init.main([name]) == 0
+        with pytest.raises(vf.EnvironmentNotFoundError, match=f"run vf-install {name}"):
+            vf.load_environment(name)
+        # --no-deps: its dependency is verifiers itself, which is this checkout here.
+        assert vf_install.main([name, "--no-deps"]) == 0, capsys.readouterr().err
+        assert f"installed environment '{name}'" in capsys.readouterr().out
+
+        # Same process (as in a notebook after `!vf-install`): no restart needed.
+        env = vf.load_environment(name, num_examples=3)
+        assert isinstance(env, vf.SingleTurnEnv) and len(env.dataset) == 3
+        assert (
+            Path(sys.modules[module].__file__).resolve().parent
+            == (tmp_path / "environments" / module).resolve()
+        )
+
+        # A fresh interpreter, from another directory, finds the installed package.
+        code = f"import verifiers as vf; env = vf.load_environment({name!r}); print(type(env).__name__, len(env.dataset))"
+        run_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[0] == "SingleTurnEnv"
+    finally:
+        sys.modules.pop(module, None)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True, timeout=120
+        )
+        sys.meta_path[:] = [f for f in sys.meta_path if module not in (getattr(f, "__module__", "") or "")]

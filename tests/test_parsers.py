@@ -1,0 +1,229 @@
+"""Parser, XMLParser and ThinkParser: parsing, writing and format rewards."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verifiers.errors import ConfigError
+from verifiers.parsers.parser import Parser, message_text
+from verifiers.parsers.think_parser import ThinkParser
+from verifiers.parsers.xml_parser import XMLParser
+
+
+def chat(*turns: tuple[str, str], **extra) -> list[dict]:
+    return [{"role": role, "content": content, **extra} for role, content in turns]
+
+
+# Text a model might put inside a tag: anything but the tag delimiters.
+tag_free_text = st.text(alphabet=st.characters(blacklist_characters="<>", blacklist_categories=("Cs",)))
+
+# -- Parser ---------------------------------------------------------------------
+
+
+def test_parser_parse_answer_uses_last_assistant_message_and_extract_fn():
+    parser = Parser(extract_fn=str.upper)
+    completion = chat(("assistant", "first"), ("tool", "result"), ("assistant", "second"), ("user", "bye"))
+    assert parser.parse("abc") == "ABC"
+    assert parser.parse_answer(completion) == "SECOND"
+    assert parser.parse_answer("plain text") == "PLAIN TEXT"
+    assert parser.parse_answer(chat(("user", "no answer"))) is None
+
+
+def test_parser_message_helpers_accept_dicts_objects_and_content_parts():
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [{"type": "text", "text": "he"}, {"type": "image_url"}, "llo"]},
+        SimpleNamespace(role="assistant", content=None, tool_calls=[{"function": {"name": "search"}}]),
+        {"role": "tool", "content": "found", "tool_call_id": "1"},
+        {
+            "role": "assistant",
+            "content": "done",
+            "tool_calls": [SimpleNamespace(function=SimpleNamespace(name="calc"))],
+        },
+    ]
+    parser = Parser()
+    assert [message_text(m) for m in parser.get_user_messages(messages)] == ["hello"]
+    assert len(parser.get_system_messages(messages)) == 1
+    assert [m["content"] for m in parser.get_tool_messages(messages)] == ["found"]
+    assert parser.get_assistant_texts(messages) == ["", "done"]
+    assert parser.get_tool_call_names(messages) == ["search", "calc"]
+    assert parser.get_assistant_messages("a string") == []
+    assert parser.get_format_reward_func()(completion=messages) == 1.0
+
+
+def test_parser_kwargs_become_attributes():
+    assert Parser(custom=3).custom == 3
+
+
+# -- XMLParser --------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(tag_free_text, min_size=3, max_size=3))
+def test_xml_round_trip(values):
+    parser = XMLParser(["think", "answer", "note"])
+    kwargs = dict(zip(["think", "answer", "note"], values, strict=True))
+    text = parser.format(**kwargs)
+    stripped = parser.parse(text)
+    raw = parser.parse(text, strip=False)
+    for name, value in kwargs.items():
+        assert getattr(stripped, name) == value.strip()
+        assert getattr(raw, name) == f"\n{value}\n"
+
+
+@settings(max_examples=40, deadline=None)
+@given(value=tag_free_text, use_alternative=st.booleans())
+def test_xml_round_trip_with_alternative_names(value, use_alternative):
+    parser = XMLParser(["think", ("answer", "result")])
+    name = "result" if use_alternative else "answer"
+    text = parser.format(think="t", **{name: value})
+    assert f"<{name}>" in text
+    parsed = parser.parse(text)
+    assert parsed.answer == value.strip()
+    assert not hasattr(parsed, "result")  # one attribute per canonical field
+    assert parser.parse_answer([{"role": "assistant", "content": text}]) == value.strip()
+
+
+def test_xml_parse_missing_fields_are_none_and_fields_listed():
+    parser = XMLParser(["think", ("code", "python")])
+    assert parser.get_fields() == ["think", "code"]
+    parsed = parser.parse("<python>print(1)</python>")
+    assert parsed.think is None and parsed.code == "print(1)"
+
+
+def test_xml_last_complete_block_wins_and_mentions_do_not_swallow_blocks():
+    parser = XMLParser(["think", "answer"])
+    text = "<think>I will write <answer> at the end</think>\n<answer>1</answer> no wait <answer> 2 </answer>"
+    assert parser.parse(text).answer == "2"
+    assert parser.parse("<answer>7</answer> then <answer>unclosed").answer == "7"
+    assert parser.parse("<answer>truncated").answer is None
+
+
+def test_xml_parse_answer_searches_back_through_assistant_messages():
+    parser = XMLParser(["think", "answer"], extract_fn=lambda s: s + "!")
+    completion = chat(
+        ("assistant", "<answer>old</answer>"),
+        ("user", "<answer>user text is ignored</answer>"),
+        ("assistant", "<answer>new</answer>"),
+        ("assistant", "thanks, bye"),
+    )
+    assert parser.parse_answer(completion) == "new!"
+    assert parser.parse_answer(chat(("assistant", "nothing"))) is None
+    assert parser.parse_answer("<answer> s </answer>") == "s!"
+
+
+def test_xml_answer_field_may_be_an_alternative_name():
+    parser = XMLParser([("code", "python")], answer_field="python")
+    assert parser.parse_answer("<code>x = 1</code>") == "x = 1"
+
+
+def test_xml_format_rejects_unknown_and_duplicate_fields():
+    parser = XMLParser(["think", ("answer", "result")])
+    with pytest.raises(ConfigError, match="unknown"):
+        parser.format(thought="x")
+    with pytest.raises(ConfigError, match="same field"):
+        parser.format(answer="a", result="b")
+    assert parser.format(think="t", answer=None) == "<think>\nt\n</think>"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [[], ["ok", "ok"], ["ok", ("other", "ok")], ["bad tag"], [()], ["1abc"]],
+)
+def test_xml_invalid_fields_raise_config_error(fields):
+    with pytest.raises(ConfigError):
+        XMLParser(fields)
+
+
+def test_xml_format_str_names_every_tag_and_alternative():
+    text = XMLParser(["think", ("answer", "result")]).get_format_str()
+    for tag in ("<think>", "</think>", "<answer>", "</answer>", "<result>"):
+        assert tag in text
+
+
+def test_xml_format_reward_scores_tag_usage():
+    parser = XMLParser(["think", "answer"])
+    reward = parser.get_format_reward_func()
+    perfect = "<think>\nreasoning\n</think>\n<answer>\n42\n</answer>"
+    assert reward(completion=perfect) == pytest.approx(1.0)
+    assert reward(completion=chat(("assistant", perfect))) == pytest.approx(1.0)
+    missing_field = reward(completion="<answer>42</answer>")
+    chatter = reward(completion="Sure! Here is a long preamble before my answer. " + perfect)
+    duplicated = reward(completion=perfect + "<answer>43</answer>")
+    for score in (missing_field, chatter, duplicated):
+        assert 0.0 < score < 1.0
+    assert reward(completion="no tags at all") == 0.0
+    assert reward(completion=chat(("user", perfect))) == 0.0  # only assistant text counts
+    # Mean over assistant messages; a message making only native tool calls is not judged.
+    mixed = [
+        {"role": "assistant", "content": perfect},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "assistant", "content": "untagged"},
+    ]
+    assert reward(completion=mixed) == pytest.approx(0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text())
+def test_xml_format_reward_is_bounded(text):
+    score = XMLParser(["think", ("answer", "result")]).get_format_reward_func()(completion=text)
+    assert 0.0 <= score <= 1.0
+
+
+# -- ThinkParser --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("<think>hmm</think>\n 42 ", "42"),
+        ("<think>a</think>draft</think> final", "final"),  # after the last </think>
+        ("reasoning from a template-opened block</think>7", "7"),
+        ("  no think block at all  ", "no think block at all"),
+        ("<think>still thinking when cut off", None),
+        ("<think>done</think>", ""),
+    ],
+)
+def test_think_parse(text, expected):
+    assert ThinkParser().parse(text) == expected
+
+
+def test_think_parse_answer_applies_extract_fn_to_the_last_assistant_message():
+    parser = ThinkParser(extract_fn=lambda s: s.split()[-1])
+    completion = chat(("assistant", "<think>x</think> answer is 1"), ("assistant", "<think>y</think> so 2"))
+    assert parser.parse_answer(completion) == "2"
+    assert parser.parse_answer("<think>never closed") is None
+
+
+@pytest.mark.parametrize(
+    "text, ok",
+    [
+        ("<think>r</think>answer", True),
+        ("\n  <think>r</think>\nanswer", True),
+        ("answer first <think>r</think> more", False),
+        ("<think>r</think><think>s</think>answer", False),
+        ("<think>r</think>   ", False),
+        ("<think>r</think>answer</think>", False),
+        ("plain answer", False),
+    ],
+)
+def test_think_format_reward_single_message(text, ok):
+    reward = ThinkParser().get_format_reward_func()
+    assert reward(completion=text) == (1.0 if ok else 0.0)
+    assert reward(completion=chat(("assistant", text))) == (1.0 if ok else 0.0)
+
+
+def test_think_format_reward_is_the_share_of_good_assistant_messages():
+    reward = ThinkParser().get_format_reward_func()
+    completion = [
+        {"role": "assistant", "content": "<think>r</think>", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "tool", "content": "no think here, but not an assistant"},
+        {"role": "assistant", "content": "<think>r</think>final"},
+        {"role": "assistant", "content": "forgot to think"},
+    ]
+    assert reward(completion=completion) == pytest.approx(2 / 3)
+    assert reward(completion=chat(("user", "hi"))) == 0.0
