@@ -78,6 +78,10 @@ class ServerTimeoutError(ServerError):
     """The server did not become ready, or did not answer, within the time limit."""
 
 
+class PromptTooLongError(ServerError):
+    """The prompt (e.g. a long multi-turn history) no longer fits the model's context window."""
+
+
 class WeightSyncError(ServerError):
     """A weight or adapter update failed; ``stage`` names the step that failed."""
 

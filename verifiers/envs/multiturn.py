@@ -1,5 +1,149 @@
-"""Placeholder: being written."""
+"""``MultiTurnEnv``: alternate model turns and environment turns until done.
 
-class MultiTurnEnv:  # noqa
-    pass
+Loop per rollout: model call -> ``is_completed``? -> ``env_response`` -> model
+call ... It stops when ``is_completed`` says so, after ``max_turns`` model
+calls, when a turn is cut at ``max_tokens`` (``finish_reason == "length"``:
+``state["is_truncated"] = True``), or when the prompt outgrows the model's
+context window (also truncated). A hook or model call that raises ends the
+rollout with ``state["error"]`` set; it is logged once per env class and never
+stops the other rollouts.
+"""
 
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from typing import Any
+
+from verifiers.envs.dataset_format import clean_prompt, parse_info
+from verifiers.envs.environment import Environment
+from verifiers.envs.model_client import extract_turn_tokens, response_message
+from verifiers.envs.state import format_error, new_state
+from verifiers.errors import PromptTooLongError
+from verifiers.types import ChatMessage, Info, Messages, SamplingArgs, State
+from verifiers.utils.async_utils import maybe_await
+from verifiers.utils.logging import warn_once
+
+
+class MultiTurnEnv(Environment):
+    """Subclasses implement ``is_completed`` and ``env_response`` (sync or async); ``setup_state`` is optional."""
+
+    def __init__(self, max_turns: int = -1, **kwargs: Any):
+        self.max_turns = max_turns
+        super().__init__(**kwargs)
+
+    def setup_state(self, state: State, **kwargs: Any) -> State:
+        """Prepare per-rollout state before the first model call (may be async; may return None)."""
+        return state
+
+    @abstractmethod
+    def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
+        """True when the rollout is done; called after every model turn (may be async)."""
+
+    @abstractmethod
+    def env_response(self, messages: Messages, state: State, **kwargs: Any) -> tuple[Messages, State]:
+        """The environment's reply to the last model turn: ``(new messages, state)`` (may be async)."""
+
+    def _fail(self, state: State, where: str, err: BaseException) -> None:
+        state["error"] = f"{where}: {format_error(err)}" if where else format_error(err)
+        warn_once(
+            self.logger,
+            f"{type(self).__name__}.{where or 'model'}:{type(err).__name__}",
+            "%s rollout ended by an error in %s: %s (later ones are counted in the 'rollout_error' metric)",
+            type(self).__name__,
+            where or "the model call",
+            format_error(err),
+        )
+
+    async def rollout(
+        self,
+        client: Any,
+        model: str,
+        prompt: Messages,
+        answer: str = "",
+        task: str = "default",
+        info: Info | None = None,
+        sampling_args: SamplingArgs | None = None,
+        **kwargs: Any,
+    ) -> tuple[Messages, State]:
+        start = time.perf_counter()
+        info = parse_info(info)
+        prompt = clean_prompt(prompt)
+        chat = not isinstance(prompt, str)
+        state = new_state(prompt, answer, task, info)
+        args = {**self.sampling_args, **(sampling_args or {})}
+        tools = self.tools_for(info) if chat else None
+        # Working copy of the conversation; the state's prompt stays as given.
+        messages: Messages = clean_prompt(prompt)
+        completion: Messages = [] if chat else ""
+        state["completion"] = completion
+
+        def add(new: Messages | ChatMessage) -> None:
+            nonlocal messages, completion
+            if not chat:
+                messages += new if isinstance(new, str) else "".join(str(m.get("content", "")) for m in new)
+                completion += new if isinstance(new, str) else "".join(str(m.get("content", "")) for m in new)
+                state["completion"] = completion
+                return
+            items = [new] if isinstance(new, dict) else list(new or [])
+            messages.extend(items)
+            completion.extend(items)
+
+        try:
+            state = (await maybe_await(self.setup_state(state, **kwargs))) or state
+        except Exception as err:
+            self._fail(state, "setup_state", err)
+            return self._finish(completion, state, start)
+
+        while True:
+            try:
+                response = await self.get_model_response(
+                    client,
+                    model,
+                    messages,
+                    oai_tools=tools,
+                    sampling_args=args,
+                    message_type=self.message_type,
+                )
+            except PromptTooLongError:
+                # The history no longer fits: a length limit, not a failure.
+                state["is_truncated"] = True
+                break
+            except Exception as err:
+                self._fail(state, "", err)
+                break
+            state["responses"].append(response)
+            try:
+                tokens = extract_turn_tokens(response, self.message_type)
+                reply = response_message(response, self.message_type)
+            except Exception as err:
+                self._fail(state, "reading the response", err)
+                break
+            state["turn_tokens"].append(tokens)
+            state["turn"] += 1
+            add(reply)
+            if tokens.finish_reason == "length":
+                state["is_truncated"] = True
+                break
+            try:
+                if await maybe_await(self.is_completed(messages, state, **kwargs)):
+                    break
+            except Exception as err:
+                self._fail(state, "is_completed", err)
+                break
+            if self.max_turns > 0 and state["turn"] >= self.max_turns:
+                break
+            try:
+                env_messages, new_state_ = await maybe_await(self.env_response(messages, state, **kwargs))
+            except Exception as err:
+                self._fail(state, "env_response", err)
+                break
+            state = new_state_ if new_state_ is not None else state
+            add(env_messages)
+        return self._finish(completion, state, start)
+
+    @staticmethod
+    def _finish(completion: Messages, state: State, start: float) -> tuple[Messages, State]:
+        state["completion"] = completion
+        state.setdefault("timing", {})["generation_ms"] = (time.perf_counter() - start) * 1000
+        return completion, state

@@ -1,5 +1,72 @@
-"""Placeholder: being written."""
+"""``StatefulToolEnv``: tools that receive per-rollout state the model never sees.
 
-class StatefulToolEnv:  # noqa
-    pass
+``add_tool(tool, args_to_skip=["session_id"])`` hides those parameters from
+the tool's schema; ``update_tool_args(tool_args, messages, state, **kw)``
+fills them in (from ``state``, typically set up in ``setup_state``) before each
+call. A value the model sends for a hidden parameter is dropped, so the model
+cannot forge it.
+"""
 
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from verifiers.envs.tool import ToolEnv
+from verifiers.errors import ConfigError
+from verifiers.types import Messages, State
+from verifiers.utils.async_utils import maybe_await
+from verifiers.utils.tool_utils import function_to_tool_schema, tool_name
+
+
+class StatefulToolEnv(ToolEnv):
+    """Override :meth:`update_tool_args` (sync or async) to inject state into tool calls."""
+
+    def __init__(
+        self,
+        tools: list[Callable[..., Any]] | None = None,
+        max_turns: int = 10,
+        error_formatter: Callable[[Exception], str] = str,
+        **kwargs: Any,
+    ):
+        self.skipped_args: dict[str, list[str]] = {}
+        super().__init__(tools=tools, max_turns=max_turns, error_formatter=error_formatter, **kwargs)
+
+    def add_tool(self, tool: Callable[..., Any], args_to_skip: list[str] | None = None) -> None:
+        """Add ``tool``; ``args_to_skip`` are hidden from the model and set by ``update_tool_args``."""
+        skip = list(args_to_skip or [])
+        params = inspect.signature(tool).parameters
+        missing = [a for a in skip if a not in params]
+        if missing:
+            raise ConfigError(
+                f"args_to_skip {missing} are not parameters of tool {tool_name(tool)!r}",
+                hint=f"its parameters are: {', '.join(params)}",
+            )
+        if self.oai_tools is None:
+            self.oai_tools = []
+        self.oai_tools.append(self._register(tool, function_to_tool_schema(tool, args_to_skip=skip)))
+        self.skipped_args[tool_name(tool)] = skip
+
+    def update_tool_args(self, tool_args: dict, messages: Messages, state: State, **kwargs: Any) -> dict:
+        """Return the arguments to call the tool with; ``kwargs["tool_name"]`` names the tool. Default: unchanged."""
+        return tool_args
+
+    async def prepare_tool_args(
+        self, tool_name: str, tool_args: dict, messages: Messages, state: State, **kwargs: Any
+    ) -> dict:
+        hidden = set(self.skipped_args.get(tool_name, []))
+        args = {k: v for k, v in tool_args.items() if k not in hidden}
+        hook_kwargs = dict(kwargs)
+        if _accepts(self.update_tool_args, "tool_name"):
+            hook_kwargs["tool_name"] = tool_name
+        updated = await maybe_await(self.update_tool_args(args, messages, state, **hook_kwargs))
+        return args if updated is None else updated
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

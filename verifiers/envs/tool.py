@@ -1,5 +1,146 @@
-"""Placeholder: being written."""
+"""``ToolEnv``: the model calls Python functions through OpenAI tool calls.
 
-class ToolEnv:  # noqa
-    pass
+Each tool's schema comes from its signature, type hints and docstring
+(``verifiers.utils.tool_utils``). After every assistant turn with
+``tool_calls``, each call runs (async tools on the loop, sync tools in a worker
+thread) and its result goes back as a ``role: "tool"`` message. Problems the
+model caused (unknown tool, arguments that are not a JSON object, a tool that
+raises or runs past ``tool_timeout``) become error text for the model, not
+exceptions. The rollout ends when the assistant calls no tool.
+"""
 
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+from verifiers.envs.multiturn import MultiTurnEnv
+from verifiers.errors import ConfigError
+from verifiers.types import ChatMessage, Messages, State
+from verifiers.utils.async_utils import call_maybe_async
+from verifiers.utils.tool_utils import function_to_tool_schema, tool_name
+
+
+class ToolEnv(MultiTurnEnv):
+    """Tool-calling environment. ``tool_timeout`` (seconds, None = no limit) bounds each call."""
+
+    tool_timeout: float | None = 30.0
+
+    def __init__(
+        self,
+        tools: list[Callable[..., Any]] | None = None,
+        max_turns: int = 10,
+        error_formatter: Callable[[Exception], str] = str,
+        **kwargs: Any,
+    ):
+        if kwargs.get("message_type", "chat") != "chat":
+            raise ConfigError("ToolEnv needs message_type='chat' (tool calls are chat messages)")
+        self.tools: list[Callable[..., Any]] = []
+        self.tool_map: dict[str, Callable[..., Any]] = {}
+        self.error_formatter = error_formatter
+        schemas: list[dict] = []
+        for tool in tools or []:
+            schemas.append(self._register(tool, function_to_tool_schema(tool)))
+        super().__init__(max_turns=max_turns, oai_tools=schemas, **kwargs)
+
+    def _register(self, tool: Callable[..., Any], schema: dict) -> dict:
+        name = tool_name(tool)
+        if name in self.tool_map:
+            raise ConfigError(f"two tools are named {name!r}", hint="give each tool a distinct function name")
+        self.tools.append(tool)
+        self.tool_map[name] = tool
+        return schema
+
+    def add_tool(self, tool: Callable[..., Any]) -> None:
+        """Add a tool after construction."""
+        if self.oai_tools is None:
+            self.oai_tools = []
+        self.oai_tools.append(self._register(tool, function_to_tool_schema(tool)))
+
+    def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
+        last = messages[-1] if messages else {}
+        return not (last.get("role") == "assistant" and last.get("tool_calls"))
+
+    async def env_response(
+        self, messages: Messages, state: State, **kwargs: Any
+    ) -> tuple[list[ChatMessage], State]:
+        # Calls run one after another, in the model's order: tools may share state.
+        replies = []
+        for call in messages[-1].get("tool_calls") or []:
+            replies.append(await self._run_tool_call(call, messages, state, **kwargs))
+        return replies, state
+
+    async def _run_tool_call(
+        self, call: dict, messages: Messages, state: State, **kwargs: Any
+    ) -> ChatMessage:
+        fn = call.get("function") or {}
+        name = fn.get("name") or ""
+        call_id = call.get("id") or ""
+        raw = fn.get("arguments")
+        if name not in self.tool_map:
+            available = ", ".join(self.tool_map) or "none"
+            return _tool_message(f"Error: unknown tool {name!r}; available tools: {available}", call_id)
+        try:
+            args = json.loads(raw) if isinstance(raw, str) and raw.strip() else (raw or {})
+        except json.JSONDecodeError as e:
+            return _tool_message(
+                f"Error: the arguments for tool {name!r} are not valid JSON ({e.msg}): {str(raw)[:200]}",
+                call_id,
+            )
+        if not isinstance(args, dict):
+            return _tool_message(
+                f"Error: the arguments for tool {name!r} must be a JSON object, got {type(args).__name__}",
+                call_id,
+            )
+        args = await self.prepare_tool_args(name, args, messages, state, **kwargs)
+        return await self.call_tool(name, args, call_id, **kwargs)
+
+    async def prepare_tool_args(
+        self, tool_name: str, tool_args: dict, messages: Messages, state: State, **kwargs: Any
+    ) -> dict:
+        """Hook to change a call's arguments before it runs (``StatefulToolEnv`` injects state here)."""
+        return tool_args
+
+    async def call_tool(
+        self, tool_name: str, tool_args: dict, tool_call_id: str, **kwargs: Any
+    ) -> ChatMessage:
+        """Run one tool and return its ``role: "tool"`` message (errors become the message text)."""
+        tool = self.tool_map.get(tool_name)
+        if tool is None:
+            return _tool_message(f"Error: unknown tool {tool_name!r}", tool_call_id)
+        # partial(): the tool's own parameter names can never collide with the helper's keywords.
+        call = functools.partial(tool, **tool_args)
+        timeout = self.tool_timeout if self.tool_timeout and self.tool_timeout > 0 else None
+        task = asyncio.ensure_future(call_maybe_async(call, executor=self._get_executor(), in_thread=True))
+        try:
+            # asyncio.wait, not wait_for: a tool that itself raises TimeoutError is a tool error, not ours.
+            await asyncio.wait({task}, timeout=timeout)
+        finally:
+            if not task.done():
+                task.cancel()  # our timeout, or this rollout was cancelled
+        if task.cancelled() or not task.done():
+            # A sync tool's thread cannot be killed; it finishes in the background.
+            return _tool_message(f"Error: tool {tool_name!r} timed out after {timeout:g}s", tool_call_id)
+        err = task.exception()
+        if err is not None:
+            return _tool_message(str(self.error_formatter(err)), tool_call_id)
+        result = task.result()
+        return _tool_message(_result_text(result), tool_call_id)
+
+
+def _result_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, (dict, list)):
+        try:
+            return json.dumps(result)
+        except (TypeError, ValueError):
+            pass
+    return str(result)
+
+
+def _tool_message(content: str, tool_call_id: str) -> ChatMessage:
+    return {"role": "tool", "content": content, "tool_call_id": tool_call_id}

@@ -1,0 +1,28 @@
+"""The rollout state every environment returns (see docs/architecture.md, "Rollout state")."""
+
+from __future__ import annotations
+
+from verifiers.types import Info, Messages, State
+
+
+def format_error(err: BaseException) -> str:
+    """A one-line ``"<ErrorType>: <message>"`` string for ``state["error"]``."""
+    text = " ".join(str(err).split()) or repr(err)
+    return f"{type(err).__name__}: {text[:500]}"
+
+
+def new_state(prompt: Messages, answer: str, task: str, info: Info) -> State:
+    """A fresh rollout state with every key of the contract in docs/architecture.md."""
+    return {
+        "prompt": prompt,
+        "completion": "" if isinstance(prompt, str) else [],
+        "answer": answer,
+        "task": task,
+        "info": info,
+        "responses": [],
+        "turn_tokens": [],
+        "turn": 0,
+        "is_truncated": False,
+        "error": None,
+        "timing": {"generation_ms": 0.0, "scoring_ms": 0.0, "total_ms": 0.0},
+    }

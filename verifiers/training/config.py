@@ -1,0 +1,410 @@
+"""``GRPOConfig`` (a ``transformers.TrainingArguments``), ``grpo_defaults`` and ``lora_defaults``.
+
+Batch layout (the rule ``__post_init__`` enforces; P = number of processes):
+
+- A *micro-batch* is ``per_device_train_batch_size`` samples on one process: one
+  forward/backward pass.
+- An *optimizer step* consumes ``per_device_train_batch_size × P ×
+  gradient_accumulation_steps`` samples (the global step batch). It must be
+  divisible by ``num_generations``, so every step trains on whole groups.
+- A *generation batch* is what one round of ``env.a_generate`` produces:
+  ``generation_batch_size = per_device_train_batch_size × P × steps_per_generation``
+  samples, i.e. ``generation_batch_size / num_generations`` prompts. Give at most
+  one of the two; by default ``steps_per_generation = gradient_accumulation_steps``
+  (one generation batch per optimizer step). ``steps_per_generation`` counts
+  micro-steps and must be a multiple of ``gradient_accumulation_steps``, so a
+  generation batch is a whole number of optimizer steps.
+- Each generation batch is trained ``num_iterations`` times before the next one.
+
+Both resolved values are stored back on the config after validation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainingArguments
+
+from verifiers.errors import ConfigError, MissingExtraError
+from verifiers.training.losses import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
+from verifiers.utils.logging import warn_once
+
+logger = logging.getLogger(__name__)
+
+DAPO_EPSILON_HIGH = 0.28  # the DAPO paper's clip-higher bound
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def _f(default: Any, help: str) -> Any:
+    """A dataclass field with its help text (shown by ``HfArgumentParser``)."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class GRPOConfig(TrainingArguments):
+    """Training arguments for ``GRPOTrainer``; see the module docstring for the batch layout."""
+
+    # Overridden TrainingArguments defaults.
+    learning_rate: float = _f(1e-6, "Initial AdamW learning rate (GRPO default: 1e-6).")
+    remove_unused_columns: bool = _f(
+        False, "Keep dataset columns (prompt, answer, info, task): the environment needs them."
+    )
+
+    # Groups and lengths.
+    num_generations: int = _f(8, "Completions sampled per prompt (group size, >= 2).")
+    max_prompt_length: int = _f(512, "Longest prompt in tokens; < max_seq_len.")
+    max_seq_len: int = _f(2048, "Longest prompt + completion in tokens per sample.")
+    max_tokens: int | None = _f(None, "Most tokens the model may generate per turn; None: up to max_seq_len.")
+
+    # Sampling (passed to the inference server).
+    temperature: float = _f(1.0, "Sampling temperature (> 0).")
+    top_p: float = _f(1.0, "Nucleus sampling mass, in (0, 1].")
+    top_k: int | None = _f(None, "Sample from the k likeliest tokens; None: all.")
+    min_p: float | None = _f(None, "Minimum token probability relative to the top one.")
+    repetition_penalty: float = _f(1.0, "Penalty for repeated tokens (1.0: none).")
+    presence_penalty: float = _f(0.0, "OpenAI presence penalty, in [-2, 2].")
+    frequency_penalty: float = _f(0.0, "OpenAI frequency penalty, in [-2, 2].")
+
+    # Generation batches and the background generator.
+    generation_batch_size: int | None = _f(
+        None,
+        "Samples per generation batch = per_device_train_batch_size × processes × steps_per_generation; "
+        "None: derived from steps_per_generation. Give at most one of the two.",
+    )
+    steps_per_generation: int | None = _f(
+        None,
+        "Micro-steps trained per generation batch (a multiple of gradient_accumulation_steps); "
+        "None: gradient_accumulation_steps (one generation batch per optimizer step).",
+    )
+    max_concurrent: int = _f(1024, "Most rollouts in flight at once.")
+    num_batches_ahead: int = _f(
+        1, "Generation batches produced ahead of training (0: synchronous); also the staleness bound."
+    )
+    async_generation_timeout: float = _f(
+        600.0, "Seconds the trainer waits for a generation batch before failing."
+    )
+    async_max_queue_size: int | None = _f(
+        None, "Most finished batches waiting to be trained; None: sized from num_batches_ahead."
+    )
+    max_filter_rounds: int = _f(
+        2, "Extra generation rounds to replace filtered groups before training on what is left."
+    )
+
+    # Inference server.
+    vllm_server_host: str = _f("0.0.0.0", "Host of the vf-vllm server.")
+    vllm_server_port: int = _f(8000, "Port of the vf-vllm server.")
+    vllm_server_timeout: float = _f(300.0, "Seconds to wait for the vf-vllm server to become ready.")
+    sync_weights_timeout: float = _f(
+        300.0, "Seconds one weight (or adapter) sync to the server may take before failing."
+    )
+
+    # Objective.
+    beta: float = _f(0.001, "Weight of the k3 KL penalty to the reference model (0: off).")
+    num_iterations: int = _f(1, "Optimization passes over each generation batch.")
+    epsilon: float = _f(0.2, "Lower clip: the ratio is clipped at 1 - epsilon (0 < ε < 1).")
+    epsilon_high: float | None = _f(
+        None, "Upper clip: 1 + epsilon_high; None: epsilon, or 0.28 (the paper's) for loss_type 'dapo'."
+    )
+    delta: float | None = _f(
+        None, "Two-sided clipping: cap on the ratio when the advantage is negative (> 1 + epsilon_high)."
+    )
+    scale_rewards: bool = _f(False, "Divide advantages by their group's reward std.")
+    loss_type: str = _f("dr_grpo", f"Loss aggregation, one of: {', '.join(LOSS_TYPES)}.")
+    importance_sampling_cap: float | None = _f(
+        DEFAULT_IS_CAP,
+        "Truncated importance sampling: the per-token weight trainer/server probability is capped here "
+        "(>= 1); None: no cap.",
+    )
+    importance_sampling_mask_low: float | None = _f(
+        DEFAULT_IS_MASK_BAND[0],
+        "Tokens whose importance weight is below this (< 1) are left out of the loss; None: keep.",
+    )
+    importance_sampling_mask_high: float | None = _f(
+        DEFAULT_IS_MASK_BAND[1],
+        "Tokens whose importance weight is above this (> 1) are left out of the loss; None: keep.",
+    )
+
+    # Difficulty filtering.
+    filter_zero_std_groups: bool = _f(
+        False, "Drop groups whose rewards are all equal (zero advantage, no signal)."
+    )
+    min_group_mean_reward: float | None = _f(
+        None, "Drop groups whose mean reward is below this (too hard); None: no bound."
+    )
+    max_group_mean_reward: float | None = _f(
+        None, "Drop groups whose mean reward is above this (too easy); None: no bound."
+    )
+
+    # Masking of completion tokens.
+    mask_env_responses: bool = _f(True, "Exclude environment tokens from the loss.")
+    mask_truncated_completions: bool = _f(True, "Exclude completions cut at the length limit from the loss.")
+    zero_truncated_completions: bool = _f(False, "Give completions cut at the length limit reward 0.")
+
+    # Reference model.
+    sync_ref_model: bool = _f(True, "Periodically move the reference toward the policy.")
+    ref_model_mixup_alpha: float = _f(
+        0.5, "Reference update: ref = alpha × policy + (1 - alpha) × ref, alpha in [0, 1]."
+    )
+    ref_model_sync_steps: int = _f(100, "Optimizer steps between reference updates.")
+
+    # Logging and data.
+    log_completions: bool = _f(False, "Log a table of sample completions.")
+    num_completions_to_print: int | None = _f(None, "Rows in the sample table; None: all of the batch.")
+    shuffle_dataset: bool = _f(True, "Shuffle the prompt dataset each epoch.")
+
+    def __post_init__(self) -> None:
+        if self.epsilon_high is None:
+            self.epsilon_high = DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
+        self._validate_fields()
+        super().__post_init__()
+        self.generation_batch_size, self.steps_per_generation = resolve_batch_layout(
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            num_processes=self.world_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            num_generations=self.num_generations,
+            generation_batch_size=self.generation_batch_size,
+            steps_per_generation=self.steps_per_generation,
+        )
+
+    def _validate_fields(self) -> None:
+        """Checks that need no process count; they run before TrainingArguments sets up devices."""
+        if self.loss_type not in LOSS_TYPES:
+            _fail(f"unknown loss_type={self.loss_type!r}", f"use one of: {', '.join(LOSS_TYPES)}")
+        _at_least(
+            "num_generations", self.num_generations, 2, "a group needs 2+ completions to have a baseline"
+        )
+        _at_least("max_prompt_length", self.max_prompt_length, 1)
+        if self.max_prompt_length >= self.max_seq_len:
+            _fail(
+                f"max_prompt_length={self.max_prompt_length} must be < max_seq_len={self.max_seq_len}",
+                "raise max_seq_len or lower max_prompt_length to leave room for the completion",
+            )
+        if self.max_tokens is not None:
+            _at_least("max_tokens", self.max_tokens, 1, "or None for no per-turn limit")
+        _positive("temperature", self.temperature, "GRPO needs sampled, differing completions")
+        if not 0.0 < self.top_p <= 1.0:
+            _fail(f"top_p={self.top_p} must be in (0, 1]", "use 1.0 to disable nucleus sampling")
+        if self.min_p is not None and not 0.0 <= self.min_p <= 1.0:
+            _fail(f"min_p={self.min_p} must be in [0, 1]", "or None to disable min-p sampling")
+        _positive("repetition_penalty", self.repetition_penalty, "1.0 means no penalty")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                _fail(f"{name}={getattr(self, name)} must be in [-2, 2]", "0.0 means no penalty")
+        if not 0.0 < self.epsilon < 1.0:
+            _fail(
+                f"epsilon={self.epsilon} must be in (0, 1)",
+                "the lower clip bound 1 - epsilon must be positive",
+            )
+        _positive("epsilon_high", self.epsilon_high)
+        if self.delta is not None and self.delta <= 1.0 + self.epsilon_high:
+            _fail(
+                f"delta={self.delta} must be > 1 + epsilon_high = {1.0 + self.epsilon_high}",
+                "raise delta (e.g. 4.0) or set it to None",
+            )
+        if self.beta < 0:
+            _fail(f"beta={self.beta} must be >= 0", "use 0.0 to turn the KL penalty off")
+        _at_least("num_iterations", self.num_iterations, 1)
+        _at_least("num_batches_ahead", self.num_batches_ahead, 0, "0 means synchronous generation")
+        _at_least("max_concurrent", self.max_concurrent, 1)
+        _at_least("max_filter_rounds", self.max_filter_rounds, 0)
+        if self.async_max_queue_size is not None:
+            _at_least(
+                "async_max_queue_size",
+                self.async_max_queue_size,
+                1,
+                "or None to size it from num_batches_ahead",
+            )
+        for name in ("async_generation_timeout", "vllm_server_timeout", "sync_weights_timeout"):
+            _positive(name, getattr(self, name), "a number of seconds")
+        if not 1 <= self.vllm_server_port <= 65535:
+            _fail(f"vllm_server_port={self.vllm_server_port} is not a TCP port", "use 1..65535")
+        if self.importance_sampling_cap is not None and self.importance_sampling_cap < 1.0:
+            _fail(
+                f"importance_sampling_cap={self.importance_sampling_cap} must be >= 1",
+                "an on-policy token has weight 1 and must not be scaled down; None disables the cap",
+            )
+        low, high = self.importance_sampling_mask_low, self.importance_sampling_mask_high
+        if low is not None and not 0.0 <= low < 1.0:
+            _fail(
+                f"importance_sampling_mask_low={low} must be in [0, 1)", "or None to keep low-weight tokens"
+            )
+        if high is not None and high <= 1.0:
+            _fail(f"importance_sampling_mask_high={high} must be > 1", "or None to keep high-weight tokens")
+        lo_r, hi_r = self.min_group_mean_reward, self.max_group_mean_reward
+        if lo_r is not None and hi_r is not None and lo_r > hi_r:
+            _fail(
+                f"min_group_mean_reward={lo_r} > max_group_mean_reward={hi_r}",
+                "the band would drop every group; swap or widen them",
+            )
+        if not 0.0 <= self.ref_model_mixup_alpha <= 1.0:
+            _fail(
+                f"ref_model_mixup_alpha={self.ref_model_mixup_alpha} must be in [0, 1]",
+                "1.0 copies the policy into the reference; 0.0 never moves it",
+            )
+        _at_least("ref_model_sync_steps", self.ref_model_sync_steps, 1)
+        if self.num_completions_to_print is not None:
+            _at_least("num_completions_to_print", self.num_completions_to_print, 1, "or None for all")
+
+    @property
+    def difficulty_filtering(self) -> bool:
+        """Whether any group filter is on (zero-std groups or a mean-reward band)."""
+        return self.filter_zero_std_groups or (
+            self.min_group_mean_reward is not None or self.max_group_mean_reward is not None
+        )
+
+
+def resolve_batch_layout(
+    *,
+    per_device_train_batch_size: int,
+    num_processes: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    generation_batch_size: int | None = None,
+    steps_per_generation: int | None = None,
+) -> tuple[int, int]:
+    """Check the batch sizes against each other; return ``(generation_batch_size, steps_per_generation)``.
+
+    Raises ``ConfigError`` naming the values and a fix. See the module docstring for the rule.
+    """
+    _at_least("per_device_train_batch_size", per_device_train_batch_size, 1)
+    _at_least("gradient_accumulation_steps", gradient_accumulation_steps, 1)
+    per_micro_step = per_device_train_batch_size * num_processes  # samples per micro-step, all processes
+    step_batch = per_micro_step * gradient_accumulation_steps  # samples per optimizer step
+    if step_batch % num_generations != 0:
+        _fail(
+            f"the global batch per optimizer step, per_device_train_batch_size={per_device_train_batch_size} "
+            f"× processes={num_processes} × gradient_accumulation_steps={gradient_accumulation_steps} "
+            f"= {step_batch}, is not divisible by num_generations={num_generations}",
+            f"choose sizes whose product is a multiple of {num_generations}",
+        )
+    both = generation_batch_size is not None and steps_per_generation is not None
+    # Both set is fine when they agree (a config rebuilt from its own resolved values).
+    if both and generation_batch_size != per_micro_step * steps_per_generation:
+        _fail(
+            f"generation_batch_size={generation_batch_size} and steps_per_generation={steps_per_generation} "
+            f"disagree (per_device_train_batch_size × processes × steps_per_generation = "
+            f"{per_micro_step * steps_per_generation})",
+            "set only one; the other follows from it",
+        )
+    if generation_batch_size is not None:
+        if generation_batch_size < 1 or generation_batch_size % step_batch != 0:
+            _fail(
+                f"generation_batch_size={generation_batch_size} is not a positive multiple of the global batch "
+                f"per optimizer step ({step_batch})",
+                f"use a multiple of {step_batch}",
+            )
+        steps_per_generation = generation_batch_size // per_micro_step
+    elif steps_per_generation is None:
+        steps_per_generation = gradient_accumulation_steps
+    elif steps_per_generation < 1 or steps_per_generation % gradient_accumulation_steps != 0:
+        _fail(
+            f"steps_per_generation={steps_per_generation} is not a positive multiple of "
+            f"gradient_accumulation_steps={gradient_accumulation_steps}",
+            "a generation batch must be a whole number of optimizer steps",
+        )
+    return per_micro_step * steps_per_generation, steps_per_generation
+
+
+def grpo_defaults(run_name: str, **overrides: Any) -> GRPOConfig:
+    """A ``GRPOConfig`` with the recommended settings, ``overrides`` applied on top.
+
+    Never fails for lack of hardware or optional packages: without a bf16-capable
+    accelerator it trains in fp32 (``bf16=False``), and with ``report_to="wandb"``
+    but no wandb installed it reports to tensorboard if installed, else nowhere.
+    Each fallback logs one warning. ``bf16=True`` together with ``use_cpu=True``
+    is kept (CPU bf16 autocast, asked for explicitly).
+    """
+    args: dict[str, Any] = dict(
+        output_dir=f"outputs/{run_name}",
+        run_name=run_name,
+        learning_rate=1e-6,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=10,
+        max_steps=500,
+        bf16=True,
+        max_grad_norm=0.01,
+        num_iterations=1,
+        max_seq_len=4096,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        gradient_accumulation_steps=4,
+        gradient_checkpointing=True,
+        save_strategy="steps",
+        save_steps=500,
+        save_only_model=True,
+        logging_steps=1,
+        log_on_each_node=False,
+        log_completions=True,
+        report_to="wandb",
+    )
+    args.update(overrides)
+    if args.get("bf16") and not (args.get("use_cpu") and overrides.get("bf16")) and not _bf16_accelerator():
+        warn_once(
+            logger,
+            "grpo_defaults.bf16",
+            "no bf16-capable GPU found: training in fp32 (bf16=False); expect it to be slow on CPU",
+        )
+        args["bf16"] = False
+    args["report_to"] = _available_report_to(args.get("report_to"))
+    return GRPOConfig(**args)
+
+
+def lora_defaults(
+    r: int = 8, alpha: int = 16, dropout: float = 0.0, target_modules: list[str] | None = None
+) -> Any:
+    """A peft ``LoraConfig`` for a causal LM, on the attention projections unless ``target_modules`` is given."""
+    try:
+        from peft import LoraConfig
+    except ModuleNotFoundError as e:
+        raise MissingExtraError("lora_defaults", "train", e) from e
+    return LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=list(target_modules or LORA_TARGET_MODULES),
+        task_type="CAUSAL_LM",
+    )
+
+
+def _bf16_accelerator() -> bool:
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    return bool(is_torch_bf16_gpu_available())
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _available_report_to(report_to: str | list[str] | None) -> str | list[str] | None:
+    """Replace ``wandb`` by tensorboard (or nothing) when wandb is not installed."""
+    targets = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "wandb" not in targets or _installed("wandb"):
+        return report_to
+    has_tb = _installed("tensorboard") or _installed("tensorboardX")
+    fallback = "tensorboard" if has_tb else None
+    warn_once(
+        logger,
+        "grpo_defaults.report_to",
+        "report_to includes 'wandb' but wandb is not installed: reporting to %s (pip install wandb to use it)",
+        fallback or "nothing",
+    )
+    rest = [t for t in targets if t not in ("wandb", fallback)] + ([fallback] if fallback else [])
+    return rest or "none"
+
+
+def _fail(problem: str, fix: str | None = None) -> None:
+    raise ConfigError(problem, hint=fix)
+
+
+def _at_least(name: str, value: int, minimum: int, why: str | None = None) -> None:
+    if value is None or value < minimum:
+        _fail(f"{name}={value} must be >= {minimum}", why or f"set {name} to {minimum} or more")
+
+
+def _positive(name: str, value: float, why: str | None = None) -> None:
+    if value is None or value <= 0:
+        _fail(f"{name}={value} must be > 0", why or f"set {name} to a positive value")
