@@ -1,0 +1,321 @@
+"""The bundled environments under environments/: each loads by id and evaluates offline.
+
+Each one runs against ``tests/fakeserver.py`` with a scripted model: the right
+answer in the right format scores high, a wrong one low, and the
+environment-specific machinery (multi-turn feedback, tool calls through the
+sandbox, search) does what its README says. The packages must be installed
+(``pip install --no-deps -e environments/<name>``, as ``scripts/install.sh`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import verifiers as vf
+from tests.fakeserver import fake_server
+from verifiers.envs.model_client import forget_token_support
+from verifiers.errors import ConfigError
+from verifiers.utils.logging import reset_warn_once
+
+ENV_IDS = ["alphabet-sort", "gsm8k", "math-python", "wordle", "wiki-search", "tool-test"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state(monkeypatch):
+    reset_warn_once()
+    forget_token_support()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never reach for the hub
+
+
+def turn(request: dict) -> int:
+    """How many assistant turns the conversation already has (0 for the first call)."""
+    return sum(1 for m in request["messages"] if m["role"] == "assistant")
+
+
+def first_user(request: dict) -> str:
+    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+
+
+def call(name: str, arguments: dict, id_: str = "call_0") -> dict:
+    return {"name": name, "arguments": arguments, "id": id_}
+
+
+async def evaluate(env, reply, n: int = 2, **kw):
+    with fake_server(reply) as server:
+        return await env.a_evaluate(server.client(), "fake-model", num_examples=n, **kw)
+
+
+def by_question(env) -> dict[str, dict]:
+    """Eval rows keyed by the question text the model sees."""
+    return {row["prompt"][-1]["content"]: row for row in env.eval_dataset}
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_loads_by_id(env_id):
+    env = vf.load_environment(env_id)
+    assert isinstance(env, vf.Environment)
+    assert len(env.dataset) > 0 and len(env.eval_dataset) > 0
+    prompt = env.eval_dataset[0]["prompt"]
+    assert prompt[0]["role"] == "system" and prompt[-1]["role"] == "user"
+    assert env.rubric.get_reward_func_names()
+
+
+# -- alphabet-sort ---------------------------------------------------------------
+
+
+def names_so_far(request: dict) -> list[str]:
+    names = []
+    for m in request["messages"]:
+        if m["role"] == "user":
+            for line in m["content"].splitlines():
+                if line.startswith("Names: "):
+                    names += line[len("Names: ") :].split(", ")
+    return names
+
+
+def sorted_reply(request: dict) -> str:
+    return "<alphabetical_sorted>\n" + "\n".join(sorted(names_so_far(request))) + "\n</alphabetical_sorted>"
+
+
+async def test_alphabet_sort_scores_the_sorted_list():
+    env = vf.load_environment("alphabet-sort", num_eval_examples=3)
+    right = await evaluate(env, sorted_reply, n=3)
+    assert right.reward == pytest.approx([1.2] * 3)
+    backwards = "<alphabetical_sorted>\n{}\n</alphabetical_sorted>"
+    wrong = await evaluate(
+        env, lambda r: backwards.format("\n".join(sorted(names_so_far(r), reverse=True))), n=3
+    )
+    untagged = await evaluate(env, lambda r: ", ".join(sorted(names_so_far(r))), n=3)
+    assert all(w < 1.0 for w in wrong.reward) and untagged.reward == [0.0] * 3
+
+
+async def test_alphabet_sort_multi_turn_adds_names():
+    env = vf.load_environment("alphabet-sort", num_turns=3, num_eval_examples=2)
+    result = await evaluate(env, sorted_reply)
+    completion = result.completion[0]
+    assert [m["role"] for m in completion] == ["assistant", "user", "assistant", "user", "assistant"]
+    assert completion[1]["content"].startswith("Now add these names")
+    assert result.reward == pytest.approx([1.2, 1.2])
+    # Sorting only the newest names loses credit on the later turns.
+    partial = await evaluate(
+        env,
+        lambda r: (
+            "<alphabetical_sorted>\n"
+            + "\n".join(sorted(r["messages"][-1]["content"].split(": ")[-1].split(", ")))
+            + "\n</alphabetical_sorted>"
+        ),
+    )
+    assert all(0.3 < reward < 1.1 for reward in partial.reward)
+
+
+# -- gsm8k -----------------------------------------------------------------------
+
+
+async def test_gsm8k_local_sample_rewards_the_boxed_answer():
+    env = vf.load_environment("gsm8k", use_local_sample=True, num_eval_examples=-1)
+    assert len(env.dataset) == 40 and len(env.eval_dataset) == 20
+    rows = by_question(env)
+    right = await evaluate(env, lambda r: f"Working... so \\boxed{{{rows[first_user(r)]['answer']}}}", n=5)
+    assert right.reward == pytest.approx([1.2] * 5)
+    wrong = await evaluate(env, lambda r: "\\boxed{-1}", n=5)
+    assert wrong.reward == pytest.approx([0.2] * 5)
+
+
+def test_gsm8k_picks_the_local_sample_offline_and_explains_a_hub_failure(monkeypatch):
+    assert len(vf.load_environment("gsm8k").dataset) == 40  # HF_HUB_OFFLINE=1: the local sample
+    with pytest.raises(ConfigError, match="use_local_sample=True"):
+        vf.load_environment("gsm8k", use_local_sample=False)
+
+
+# -- math-python -------------------------------------------------------------------
+
+
+async def test_math_python_runs_tool_calls_in_the_sandbox():
+    env = vf.load_environment("math-python", num_eval_examples=2)
+    rows = by_question(env)
+
+    def reply(request):
+        if turn(request) == 0:
+            return {"tool_calls": [call("python", {"code": "print(2 ** 10)"})]}
+        if turn(request) == 1:  # an escape attempt: it must come back as a tool error
+            return {"tool_calls": [call("python", {"code": "import socket\nsocket.socket()"}, "call_1")]}
+        return f"The answer is \\boxed{{{rows[first_user(request)]['answer']}}}."
+
+    result = await evaluate(env, reply)
+    completion = result.completion[0]
+    assert [m["role"] for m in completion] == ["assistant", "tool", "assistant", "tool", "assistant"]
+    assert completion[1]["content"] == "1024"
+    assert "Error: blocked by the sandbox: network access is blocked" in completion[3]["content"]
+    assert result.state[0]["error"] is None
+    assert result.reward == pytest.approx([1.0, 1.0])
+    assert result.metrics["python_calls"] == [2.0, 2.0]
+
+
+async def test_math_python_tool_reports_escape_attempts_as_errors(tmp_path):
+    tool = vf.load_environment("math-python", num_eval_examples=1, timeout_s=2.0).tool_map["python"]
+    target = tmp_path / "escape.txt"
+    attempts = {
+        "import os\nos.fork()": "process creation is blocked",
+        f"open({str(target)!r}, 'w')": "outside the sandbox directory",
+        "import os\nos.kill(os.getppid(), 0)": "signals to other processes are blocked",  # 0: a harmless probe
+        "import urllib.request\nurllib.request.urlopen('http://1.1.1.1/')": "network access is blocked",
+        "while True:\n    pass": "timed out",
+    }
+    for code, expected in attempts.items():
+        text = await tool(code=code)
+        assert "Error: " in text and expected in text, (code, text)
+    assert not target.exists()
+    assert await tool(code="print(sum(range(5)))") == "10"
+
+
+# -- wordle ----------------------------------------------------------------------
+
+
+def test_wordle_feedback_counts_repeated_letters():
+    import wordle
+
+    assert wordle.feedback("crane", "crane") == "GGGGG"
+    assert wordle.feedback("abbey", "babes") == "YYGGX"
+    assert wordle.feedback("apple", "lolly") == "XXXGX"
+    assert wordle.feedback("robot", "otter") == "YYXXY"
+    assert wordle.letter_score("GGYXX") == pytest.approx(0.5)
+
+
+async def test_wordle_game_gives_feedback_and_partial_credit():
+    import wordle
+
+    env = vf.load_environment("wordle", num_eval_examples=1)
+    secret = env.eval_dataset[0]["answer"]
+    opener = "crane" if secret != "crane" else "toast"
+    won = await evaluate(env, lambda r: f"<guess>{opener if turn(r) == 0 else secret}</guess>", n=1)
+    completion = won.completion[0]
+    marks = " ".join(wordle.feedback(secret, opener))
+    assert completion[1] == {"role": "user", "content": f"{opener.upper()}\n{marks}\nGuesses left: 5."}
+    assert len(completion) == 3 and won.state[0]["solved"]
+    assert won.reward[0] == pytest.approx(1.0 + 0.5 * 5 / 6 + 0.2 + 0.2)
+
+    lost = await evaluate(env, lambda r: f"<guess>{opener}</guess>", n=1)
+    assert lost.state[0]["turn"] == 6 and not lost.state[0]["solved"]
+    assert lost.metrics["correct_answer"] == [0.0]
+    assert lost.metrics["letter_feedback"] == [
+        pytest.approx(wordle.letter_score(wordle.feedback(secret, opener)))
+    ]
+
+    invalid = await evaluate(env, lambda r: "Maybe a fruit?", n=1)
+    assert "not a valid guess" in invalid.completion[0][1]["content"]
+    assert invalid.reward == [0.0]
+
+
+# -- wiki-search -----------------------------------------------------------------
+
+
+def test_wiki_search_finds_the_right_page():
+    env = vf.load_environment("wiki-search")
+    index = env.wiki_index
+    assert index.search_pages("Cape Lumen lighthouse")[0]["page_id"] == "cape_lumen_lighthouse"
+    assert index.search_pages("who invented the steam powered loom")[0]["page_id"] in (
+        "venn_loom",
+        "tobiah_venn",
+    )
+    assert "no page matches" in index.search_pages("xyzzy")[0]["note"]
+    assert index.view_sections("mount_orvane")[2] == {
+        "section_id": "mount_orvane:climbing",
+        "name": "Climbing",
+    }
+    assert "Rook Meridan" in index.read_section("mount_orvane:climbing")
+    import wiki_search
+
+    assert wiki_search.normalize_answer("About 2,318 metres.") == "2318"
+    assert wiki_search.normalize_answer("The Grey Elder") == "grey elder"
+
+
+def wiki_reply(rows: dict, answer_of=lambda row: row["answer"]):
+    def reply(request):
+        row = rows[first_user(request)]
+        page = row["info"]["page_id"]
+        step = turn(request)
+        if step == 0:
+            return {"tool_calls": [call("search_pages", {"query": row["question"]})]}
+        if step == 1:
+            return {"tool_calls": [call("view_sections", {"page_id": page}, "call_1")]}
+        if step == 2:
+            sections = json.loads(request["messages"][-1]["content"])
+            calls = [
+                call("read_section", {"section_id": s["section_id"]}, f"call_2_{i}")
+                for i, s in enumerate(sections)
+            ]
+            return {"tool_calls": calls}
+        return f"<answer>{answer_of(row)}</answer>"
+
+    return reply
+
+
+async def test_wiki_search_episode_with_tools():
+    env = vf.load_environment("wiki-search", num_eval_examples=4)
+    rows = by_question(env)
+    result = await evaluate(env, wiki_reply(rows), n=4)
+    for completion, info in zip(result.completion, result.info, strict=True):
+        hits = json.loads(completion[1]["content"])
+        assert info["page_id"] in [h["page_id"] for h in hits]
+    assert result.reward == pytest.approx([1.2] * 4)
+    assert result.metrics["search_pages_calls"] == [1.0] * 4
+    wrong = await evaluate(env, wiki_reply(rows, lambda row: "Atlantis"), n=4)
+    assert wrong.reward == pytest.approx([0.2] * 4)
+
+
+async def test_wiki_search_optional_judge(monkeypatch):
+    monkeypatch.setenv("VF_TEST_JUDGE_KEY", "test-key")
+    with fake_server(lambda r: "yes") as judge:
+        env = vf.load_environment(
+            "wiki-search",
+            num_eval_examples=2,
+            use_judge=True,
+            judge_base_url=judge.url,
+            judge_api_key_var="VF_TEST_JUDGE_KEY",
+        )
+        result = await evaluate(env, wiki_reply(by_question(env), lambda row: "something else"))
+        assert judge.requests and "something else" in judge.requests[0][1]["messages"][0]["content"]
+    assert result.metrics["judge_correct"] == [1.0, 1.0] and result.metrics["exact_match"] == [0.0, 0.0]
+    assert result.reward == pytest.approx([1.2, 1.2])
+
+
+# -- tool-test -------------------------------------------------------------------
+
+ARGS = {
+    "add": {"a": 2, "b": 3},
+    "multiply": {"a": 2, "b": 4},
+    "reverse_text": {"text": "abc"},
+    "to_uppercase": {"text": "abc"},
+    "word_count": {"text": "a b c"},
+    "get_weather": {"city": "Oslo"},
+    "lookup_capital": {"country": "Peru"},
+    "current_time": {"timezone": "UTC"},
+}
+
+
+def tool_reply(pick=lambda names: names):
+    def reply(request):
+        if turn(request) > 0:
+            return "DONE"
+        names = pick(re.findall(r"call `(\w+)`", first_user(request)))
+        return {"tool_calls": [call(name, ARGS[name], f"call_{i}") for i, name in enumerate(names)]}
+
+    return reply
+
+
+async def test_tool_test_rewards_exactly_the_named_tools():
+    env = vf.load_environment("tool-test", num_eval_examples=6, min_tools=2, max_tools=3)
+    right = await evaluate(env, tool_reply(), n=6)
+    assert right.reward == [1.0] * 6
+    completion = right.completion[0]
+    assert completion[1]["role"] == "tool" and not completion[1]["content"].startswith("Error")
+    assert right.metrics["total_tool_calls"] == [float(len(i["tools"])) for i in right.info]
+    missing = await evaluate(env, tool_reply(lambda names: names[:-1]), n=6)
+    extra = await evaluate(
+        env, tool_reply(lambda names: names + [n for n in ARGS if n not in names][:1]), n=6
+    )
+    assert missing.reward == [0.0] * 6 and extra.reward == [0.0] * 6
+    assert all(0 < overlap < 1 for overlap in missing.metrics["tool_set_overlap"])
