@@ -25,7 +25,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["verifiers", "verifiers.*"]),
-    package_data={"verifiers": ["data/*", "data/**/*", "cli/templates/*", "configs/*"]},
+    package_data={"verifiers": ["data/*", "cli/templates/*", "configs/vf-rl/*.toml"]},
     include_package_data=True,
     install_requires=[
         "openai>=1.60",

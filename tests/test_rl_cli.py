@@ -1,0 +1,511 @@
+"""vf-rl (dry run, supervision with fake processes), vf-train and vf-setup, without a real server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from verifiers.cli import rl as rl_cli  # noqa: E402
+from verifiers.cli import setup as setup_cli  # noqa: E402
+from verifiers.cli import toml_config as tc  # noqa: E402
+from verifiers.cli import train as train_cli  # noqa: E402
+from verifiers.errors import ServerError, ServerTimeoutError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIG = """
+model = "smollm2"
+
+[env]
+id = "reverse-text"
+
+[inference]
+gpus = 0
+
+[inference.args]
+enforce_eager = true
+
+[trainer]
+gpus = 0
+
+[trainer.args]
+run_name = "rt"
+rollouts_per_example = 4
+micro_batch_size = 4
+batch_size = 16
+max_steps = 3
+"""
+
+
+@pytest.fixture(autouse=True)
+def one_process(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "cfg.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def one_error(capsys, rc: int) -> str:
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# -- vf-rl --dry-run --------------------------------------------------------------------------
+
+
+def test_dry_run_prints_the_commands(config_file, capsys):
+    assert rl_cli.main(["@", str(config_file), "--dry-run", "--trainer.args.max_steps", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    py = sys.executable
+    assert out[0] == f"config {config_file}: run 'rt', logs in outputs/rt/logs/"
+    assert out[1] == (
+        f"inference: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.vllm --model smollm2 --host 127.0.0.1 "
+        "--port 8000 --enforce-eager --enable-lora --max-lora-rank 8"
+    )
+    assert out[2] == "wait: http://127.0.0.1:8000/health, then /v1/models (up to 300 s)"
+    assert out[3] == (
+        f"trainer: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.train @ {config_file} --trainer.args.max_steps 5"
+    )
+
+
+def test_dry_run_lora_rank_and_opt_outs(config_file, capsys):
+    rl_cli.main(["@", str(config_file), "--dry-run", "--trainer.args.lora_rank", "12"])
+    assert "--enable-lora --max-lora-rank 16" in capsys.readouterr().out  # the next rank vLLM accepts
+    rl_cli.main(["@", str(config_file), "--dry-run", "--trainer.args.use_lora", "false"])
+    assert "--enable-lora" not in capsys.readouterr().out
+    rl_cli.main(["@", str(config_file), "--dry-run", "--inference.args.enable_lora", "false"])
+    assert "lora" not in capsys.readouterr().out.splitlines()[1]
+
+
+def test_dry_run_multi_gpu_uses_accelerate(config_file, capsys, tmp_path):
+    argv = ["@", str(config_file), "--dry-run", "--inference.gpus", "2", "--trainer.gpus", "2"]
+    assert rl_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "inference: CUDA_VISIBLE_DEVICES=0,1 " in out and "--data-parallel-size 2" in out
+    assert (
+        f"trainer: CUDA_VISIBLE_DEVICES=2,3 {sys.executable} -m accelerate.commands.launch --num_processes 2 "
+        f"--multi_gpu -m verifiers.cli.train @ {config_file}"
+    ) in out
+    zero3 = tmp_path / "zero3.yaml"
+    zero3.write_text("distributed_type: DEEPSPEED\n")
+    rl_cli.main([*argv, "--trainer.accelerate_config", str(zero3)])
+    assert f"--num_processes 2 --config_file {zero3} -m verifiers.cli.train" in capsys.readouterr().out
+
+
+def test_dry_run_lists_environments_to_install(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "environments" / "vf_test_not_installed"
+    folder.mkdir(parents=True)
+    (folder / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG.replace('id = "reverse-text"', 'id = "vf-test-not-installed"'))
+    monkeypatch.chdir(tmp_path)
+    assert rl_cli.main(["@", str(cfg), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"install vf-test-not-installed: {sys.executable} -m pip install -e environments/vf_test_not_installed"
+        in out
+    )
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "vf-rl").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_example_config_dry_runs(path, capsys, monkeypatch):
+    # importable from their folders, so their args are checked against load_environment
+    monkeypatch.syspath_prepend(str(ROOT / "environments" / path.stem.replace("-", "_")))
+    monkeypatch.chdir(ROOT)  # where ./environments is, for those that are not importable
+    assert rl_cli.main(["@", str(path), "--dry-run"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (
+            ["--trainer.args.max_step", "5"],
+            "error: unknown key 'trainer.args.max_step'; did you mean 'max_steps'?",
+        ),
+        (["--trainer.args.batch_size", "18"], "error: batch_size=18 is not divisible by micro_batch_size"),
+        (["--trainer.args.max_steps", '"x"'], "error: key 'trainer.args.max_steps' must be an integer"),
+        (["--trainer.args.temperature", "0"], "error: temperature=0 must be > 0"),
+        (["stray"], "error: unexpected argument 'stray'"),
+        (
+            ["--env.args.bogus", "1"],
+            "error: environment 'reverse-text' got unknown argument(s): bogus; accepted: ",
+        ),
+    ],
+)
+def test_bad_input_is_one_error_line(config_file, capsys, extra, expected):
+    line = one_error(capsys, rl_cli.main(["@", str(config_file), "--dry-run", *extra]))
+    assert line.startswith(expected), line
+
+
+def test_missing_or_broken_config_file(tmp_path, capsys):
+    assert "not found" in one_error(capsys, rl_cli.main(["@", str(tmp_path / "nope.toml")]))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[trainer\n")
+    assert "is not valid TOML" in one_error(capsys, rl_cli.main(["@", str(bad)]))
+    assert "no config file given" in one_error(capsys, rl_cli.main([]))
+
+
+def test_gpus_on_a_cpu_machine_is_refused_before_starting(config_file, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    line = one_error(capsys, rl_cli.main(["@", str(config_file), "--trainer.gpus", "1"]))
+    assert "asks for 1 GPU(s)" in line and "but 0 are visible (set gpus = 0 to run on CPU)" in line
+
+
+def test_vf_train_bad_input(tmp_path, config_file, capsys):
+    assert "not found" in one_error(capsys, train_cli.main(["@", str(tmp_path / "nope.toml")]))
+    line = one_error(capsys, train_cli.main(["@", str(config_file), "--trainer.args.lora_rnk", "4"]))
+    assert line == "error: unknown key 'trainer.args.lora_rnk'; did you mean 'lora_rank'?"
+
+
+def test_cli_entry_points_exist():
+    text = (ROOT / "setup.py").read_text()
+    for script in (
+        "vf-rl=verifiers.cli.rl:main",
+        "vf-train=verifiers.cli.train:main",
+        "vf-setup=verifiers.cli.setup:main",
+    ):
+        assert script in text
+
+
+def test_vf_rl_subprocess_error_has_no_traceback(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG + "max_step = 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verifiers.cli.rl", "@", str(cfg), "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == "error: unknown key 'trainer.args.max_step'; did you mean 'max_steps'?"
+    )
+
+
+# -- supervision, with fake server and trainer processes --------------------------------------
+
+FAKE_SERVER = textwrap.dedent(
+    """
+    import http.server, sys, time
+    port, delay, lifetime = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    print("fake server starting", flush=True)
+    time.sleep(delay)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+    server.timeout = 0.2
+    print("fake server ready", flush=True)
+    end = time.monotonic() + lifetime
+    while time.monotonic() < end:
+        server.handle_request()
+    print("fake server exits", flush=True)
+    sys.exit(7)
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_plan(tmp_path, server_cmd, trainer_cmd, timeout=30.0, port=None) -> rl_cli.Plan:
+    port = port or free_port()
+    raw = tc.tomllib.loads(CONFIG)
+    raw["inference"]["port"] = port
+    config = tc.parse_config(raw, source=tmp_path / "cfg.toml")
+    logs = tmp_path / "logs"
+    return rl_cli.Plan(
+        config=config,
+        installs=[],
+        server=rl_cli.Side("inference", server_cmd, {}, logs / "inference.log"),
+        trainer=rl_cli.Side("trainer", trainer_cmd, {}, logs / "trainer.log"),
+        timeout=timeout,
+    )
+
+
+def fake_server(tmp_path, port, delay=0.0, lifetime=60.0) -> list[str]:
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    return [sys.executable, str(script), str(port), str(delay), str(lifetime)]
+
+
+def fake_trainer(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def gone(proc) -> bool:
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_launcher_runs_server_then_trainer_and_stops_the_server(tmp_path, capsys):
+    port = free_port()
+    trainer = fake_trainer("print('Step 1/1: reward=1.000'); print('bye')")
+    plan = make_plan(tmp_path, fake_server(tmp_path, port, delay=0.5), trainer, port=port)
+    assert rl_cli.Launcher(plan).run() == 0
+    out = capsys.readouterr().out
+    assert "[inference] fake server ready" in out
+    assert "Inference server ready after" in out
+    assert "[trainer] Step 1/1: reward=1.000" in out
+    assert "Training finished; outputs in outputs/rt/" in out
+    assert out.index("Inference server ready") < out.index("Starting the trainer")
+    assert "Step 1/1: reward=1.000\nbye\n" == plan.trainer.log.read_text()
+    assert "fake server ready" in plan.server.log.read_text()
+    assert plan.server.proc.poll() is not None and gone(plan.server.proc)
+
+
+def test_launcher_exit_status_follows_a_failed_trainer(tmp_path, capsys):
+    port = free_port()
+    trainer = fake_trainer("import sys; print('crash'); sys.exit(3)")
+    plan = make_plan(tmp_path, fake_server(tmp_path, port), trainer, port=port)
+    assert rl_cli.Launcher(plan).run() == 3
+    err = capsys.readouterr().err
+    assert f"error: training failed with exit status 3 (full log: {plan.trainer.log})" in err
+    assert gone(plan.server.proc)
+
+
+def test_server_that_dies_before_ready_is_reported_with_its_log(tmp_path, capsys):
+    server = fake_trainer("import sys; print('CUDA out of memory'); sys.exit(4)")
+    plan = make_plan(tmp_path, server, fake_trainer("print('never')"))
+    launcher = rl_cli.Launcher(plan)
+    launcher.echo = False  # as in tmux mode: the last lines are printed with the error
+    with pytest.raises(ServerError, match="exited with status 4 before it was ready"):
+        launcher.run()
+    assert plan.trainer.proc is None
+    assert "[inference] CUDA out of memory" in capsys.readouterr().err
+
+
+def test_server_readiness_has_one_total_timeout(tmp_path):
+    port = free_port()
+    plan = make_plan(
+        tmp_path, fake_server(tmp_path, port, delay=30), fake_trainer("pass"), timeout=1.0, port=port
+    )
+    started = time.monotonic()
+    with pytest.raises(ServerTimeoutError, match="not ready within 1 s"):
+        rl_cli.Launcher(plan).run()
+    assert time.monotonic() - started < 15
+    assert gone(plan.server.proc)
+
+
+def test_server_dying_during_training_stops_the_trainer(tmp_path):
+    port = free_port()
+    server = fake_server(tmp_path, port, lifetime=2.0)
+    plan = make_plan(tmp_path, server, fake_trainer("import time; time.sleep(60)"), port=port)
+    with pytest.raises(ServerError, match="exited with status 7 during training"):
+        rl_cli.Launcher(plan).run()
+    assert gone(plan.trainer.proc)
+
+
+def test_stop_ends_the_whole_process_group():
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
+    time.sleep(0.3)
+    rl_cli.stop(proc, grace=5)
+    assert proc.poll() is not None and gone(proc)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)",
+        ],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+    )
+    stubborn.stdout.readline()  # SIGTERM is ignored from here on
+    rl_cli.stop(stubborn, grace=0.5)
+    assert stubborn.returncode == -signal.SIGKILL
+    rl_cli.stop(None)
+
+
+# -- vf-train: weighted environments ----------------------------------------------------------
+
+
+def test_weighted_rows_follow_the_weights():
+    from datasets import Dataset
+
+    data = Dataset.from_dict({"task": ["a"] * 30 + ["b"] * 10, "x": list(range(40))})
+    out = train_cli.weighted_rows(data, {"a": 1.0, "b": 3.0}, seed=0)
+    tasks = list(out["task"])
+    assert len(tasks) == 40 and tasks.count("a") == 10 and tasks.count("b") == 30
+    b_rows = [x for t, x in zip(out["task"], out["x"], strict=True) if t == "b"]
+    assert set(b_rows) == set(range(30, 40))  # every b row kept, repeated to reach its share
+
+
+def test_load_envs_groups_several_environments(monkeypatch):
+    from datasets import Dataset
+
+    import verifiers as vf
+
+    def fake_load(env_id, **args):
+        n = args.get("n", 4)
+        return vf.SingleTurnEnv(dataset=Dataset.from_dict({"question": [f"{env_id}{i}" for i in range(n)]}))
+
+    monkeypatch.setattr(vf, "load_environment", fake_load)
+    specs = [tc.EnvConfig("a", {"n": 8}, 1.0, "a"), tc.EnvConfig("b", {"n": 2}, 1.0, "b")]
+    group = train_cli.load_envs(specs)
+    assert isinstance(group, vf.EnvGroup) and group.env_names == ["a", "b"] and len(group.dataset) == 10
+    weighted = train_cli.load_envs([specs[0], tc.EnvConfig("b", {"n": 2}, 4.0, "b")])
+    assert list(weighted.dataset["task"]).count("b") == 8
+    single = train_cli.load_envs(specs[:1])
+    assert not isinstance(single, vf.EnvGroup)
+
+
+# -- vf-setup ---------------------------------------------------------------------------------
+
+
+def test_setup_writes_example_configs_that_parse(tmp_path, capsys):
+    out = tmp_path / "cfgs"
+    assert setup_cli.main(["--dir", str(out)]) == 0
+    written = sorted(p.stem for p in out.glob("*.toml"))
+    assert written == sorted(setup_cli.example_configs())
+    assert len(written) == 7
+    for path in out.glob("*.toml"):
+        tc.load_config(path)
+    assert f"wrote {out / 'reverse-text.toml'}" in capsys.readouterr().out
+
+
+def test_setup_keeps_existing_files_unless_forced(tmp_path, capsys):
+    out = tmp_path / "cfgs"
+    setup_cli.main(["--dir", str(out)])
+    target = out / "reverse-text.toml"
+    target.write_text("# mine\n")
+    setup_cli.main(["--dir", str(out)])
+    text = capsys.readouterr().out
+    assert (
+        f"kept {target} (exists; --force overwrites it)" in text
+        and f"unchanged {out / 'wordle.toml'}" in text
+    )
+    assert target.read_text() == "# mine\n"
+    setup_cli.main(["--dir", str(out), "--force"])
+    assert target.read_text() == setup_cli.example_configs()["reverse-text"]
+
+
+def test_committed_configs_match_the_package_copies():
+    committed = {p.stem: p.read_text() for p in (ROOT / "configs" / "vf-rl").glob("*.toml")}
+    assert committed == setup_cli.example_configs()
+
+
+def test_setup_list(capsys):
+    assert setup_cli.main(["--list"]) == 0
+    assert "reverse-text" in capsys.readouterr().out.split()
+
+
+def test_prime_rl_config_content(tmp_path):
+    assert setup_cli.main(["--prime-rl", "reverse-text", "--dir", str(tmp_path)]) == 0
+    text = (tmp_path / "reverse-text.toml").read_text()
+    assert text.startswith("# prime-rl config for reverse-text")
+    cfg = tc.tomllib.loads(text)
+    assert cfg["max_steps"] == 20
+    assert cfg["model"] == {"name": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+    orch = cfg["orchestrator"]
+    assert (orch["batch_size"], orch["rollouts_per_example"], orch["seq_len"]) == (32, 8, 512)
+    assert orch["lora_name"] == "reverse-text-r8"
+    assert orch["sampling"] == {"max_tokens": 96, "temperature": 1.0}
+    assert orch["env"] == [
+        {
+            "id": "reverse-text",
+            "name": "reverse-text",
+            "args": {"num_train_examples": 400, "num_eval_examples": 20},
+        }
+    ]
+    assert cfg["trainer"]["model"]["lora"] == {
+        "rank": 8,
+        "alpha": 16,
+        "dropout": 0.0,
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    }
+    assert cfg["trainer"]["optim"] == {"lr": 5e-5, "max_norm": 1.0}
+    assert cfg["inference"] == {"enable_lora": True, "max_lora_rank": 8}
+    assert "ckpt" in cfg
+
+
+def test_prime_rl_model_override_and_full_finetuning(tmp_path):
+    example = setup_cli.example_configs()["gsm8k"].replace(
+        "lora_rank = 16", "use_lora = false\nlora_rank = 16"
+    )
+    cfg = tc.tomllib.loads(setup_cli.prime_rl_toml(example, model="Qwen/Qwen3-0.6B"))
+    assert cfg["model"]["name"] == "Qwen/Qwen3-0.6B"
+    assert "model" not in cfg["trainer"] and "lora_name" not in cfg["orchestrator"]
+    assert cfg["inference"] == {}
+
+
+def test_setup_bad_input(capsys):
+    line = one_error(capsys, setup_cli.main(["--prime-rl", "nope"]))
+    assert line.startswith("error: no bundled example for environment 'nope' (use one of: alphabet-sort")
+    assert "unrecognized arguments" in one_error(capsys, setup_cli.main(["--bogus"]))
+
+
+TMUX_CHILD = """
+import sys
+from pathlib import Path
+import tests.test_rl_cli as T
+from verifiers.cli import rl as rl_cli
+tmp, port, code = Path(sys.argv[1]), T.free_port(), sys.argv[2]
+plan = T.make_plan(tmp, T.fake_server(tmp, port), T.fake_trainer(code), port=port)
+rc = rl_cli.Launcher(plan, use_tmux=True).run()
+print("RESULT", rc, T.gone(plan.server.proc), T.gone(plan.trainer.proc), flush=True)
+"""
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_tmux_mode_shows_panes_and_stops_everything(tmp_path):
+    """On a terminal (a pty here), the logs go to tmux panes; the result is the same as interleaved."""
+    import pty
+    import select
+
+    code = "import sys, time\nfor i in range(3):\n    print(f'Step {i + 1}/3', flush=True); time.sleep(0.5)\nsys.exit(5)\n"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: vf-rl's Launcher on a terminal
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-c", TMUX_CHILD, str(tmp_path), code])
+    output, deadline = b"", time.monotonic() + 90
+    while time.monotonic() < deadline:  # drain the terminal, or tmux blocks on it
+        if select.select([fd], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+    text = output.decode(errors="replace")
+    assert "RESULT 5 True True" in text, text[-2000:]
+    assert "error: training failed with exit status 5" in text
+    assert "[trainer] Step 3/3" in text  # the failed side's last lines, once tmux is gone
+    assert (tmp_path / "logs" / "vf-rl.log").read_text().startswith("Starting the inference server")

@@ -1,0 +1,566 @@
+"""The one-TOML run config of ``vf-rl`` / ``vf-train``: loading, schema, CLI overrides.
+
+    model = "smollm2"                  # hub id, local folder, or "smollm2"
+
+    [env]                              # or several [[env]] tables, each with a sampling weight
+    id = "reverse-text"
+    args = { num_train_examples = 200 }   # -> load_environment(**args)
+    # weight = 1.0                     # [[env]] only: relative share of the prompts
+    # name = "rt"                      # task name in the EnvGroup (default: the id)
+
+    [inference]
+    gpus = 0                           # 0: serve on CPU
+    # host = "127.0.0.1"; port = 8000
+    [inference.args]                   # -> vf-vllm flags: enforce_eager = true -> --enforce-eager
+    enforce_eager = true
+
+    [trainer]
+    gpus = 0                           # > 1: accelerate launch with that many processes
+    # accelerate_config = "configs/zero3.yaml"
+    [trainer.args]                     # RLConfig fields, or any other GRPOConfig field
+    batch_size = 32
+    [trainer.args.wandb]               # with report_to = "wandb"
+    project = "my-project"
+
+Overrides on the command line: ``--trainer.args.max_steps 5`` or ``--model=smollm2``;
+values are TOML literals (``5``, ``true``, ``1e-5``, ``["q_proj"]``), anything else is a
+string; ``--env.1.weight 2`` indexes ``[[env]]``. A key that is not in the schema is a
+``ConfigError`` naming the nearest valid key; so is a value of the wrong type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import os
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verifiers.errors import ConfigError
+from verifiers.training.config import GRPOConfig
+from verifiers.training.rl import RENAMED_GRPO_FIELDS, RLConfig, check_batch_sizes, grpo_field_names, nearest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+TOP_KEYS = ("model", "env", "inference", "trainer")
+ENV_KEYS = ("id", "args", "weight", "name")
+INFERENCE_KEYS = ("gpus", "host", "port", "args")
+TRAINER_KEYS = ("gpus", "args", "accelerate_config")
+WANDB_KEYS = ("project", "name", "entity")
+DEFAULT_HOST = RLConfig.vllm_server_host
+DEFAULT_PORT = RLConfig.vllm_server_port
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """One environment of the run: ``load_environment(id, **args)``, sampled with ``weight``."""
+
+    id: str
+    args: dict[str, Any] = field(default_factory=dict)
+    weight: float = 1.0
+    name: str = ""  # task name inside an EnvGroup
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """The ``vf-vllm`` server: where it listens, its GPUs, and its extra flags (``args``)."""
+
+    gpus: int = 1
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    args: dict[str, Any] = field(default_factory=dict)  # without host/port: those are above
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The trainer: its GPUs and the ``RLConfig`` keyword arguments (``args``)."""
+
+    gpus: int = 1
+    args: dict[str, Any] = field(default_factory=dict)
+    accelerate_config: str | None = None
+
+    @property
+    def num_processes(self) -> int:
+        return max(self.gpus, 1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated vf-rl config."""
+
+    model: str
+    envs: list[EnvConfig]
+    inference: InferenceConfig
+    trainer: TrainerConfig
+    source: Path | None = None
+
+    def rl_config(self) -> RLConfig:
+        return RLConfig(**self.trainer.args)
+
+    @property
+    def run_name(self) -> str:
+        return self.trainer.args["run_name"]
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.trainer.args.get("output_dir") or os.path.join("outputs", self.run_name))
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """Parse a TOML file; a missing file or a syntax error is a one-line ``ConfigError``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(
+            f"config file {path} not found", hint="pass an existing file: vf-rl @ path/to/config.toml"
+        )
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path} is not valid TOML: {err}") from None
+
+
+def load_config(path: str | os.PathLike, overrides: Sequence[tuple[str, str]] = ()) -> RunConfig:
+    """Read ``path``, apply ``overrides`` (``(dotted key, value text)``), validate."""
+    raw = read_toml(path)
+    apply_overrides(raw, overrides)
+    return parse_config(raw, source=Path(path))
+
+
+def parse_value(text: str) -> Any:
+    """A TOML literal (``5``, ``true``, ``1e-5``, ``"x"``, ``[1, 2]``), else the text as a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -> None:
+    """Set each dotted key in ``raw`` (tables are created; digits index ``[[env]]``)."""
+    for key, text in overrides:
+        parts = key.split(".")
+        if not all(parts):
+            raise ConfigError(f"override --{key} is not a dotted key", hint="e.g. --trainer.args.max_steps 5")
+        node: Any = raw
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    where = ".".join(parts[:i])
+                    raise ConfigError(
+                        f"override --{key}: '{where}' is a list of {len(node)} tables",
+                        hint=f"index it, e.g. --{where}.0.{'.'.join(parts[i + 1 :]) or 'id'}",
+                    )
+                if last:
+                    node[int(part)] = parse_value(text)
+                else:
+                    node = node[int(part)]
+                continue
+            if isinstance(node, dict) and part == "0" and i > 0 and not last:
+                continue  # --env.0.id on a single [env] table
+            if not isinstance(node, dict):
+                raise ConfigError(f"override --{key}: '{'.'.join(parts[:i])}' is not a table")
+            if last:
+                node[part] = parse_value(text)
+            else:
+                node = node.setdefault(part, {})
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+def parse_config(raw: dict[str, Any], source: Path | None = None) -> RunConfig:
+    """Validate a raw TOML mapping into a :class:`RunConfig` (see the module docstring)."""
+    _check_keys("", raw, TOP_KEYS)
+    model = raw.get("model")
+    if model is None:
+        raise ConfigError(
+            "the config sets no model", hint='add model = "smollm2" (or a hub id / folder) at the top'
+        )
+    _check_type("model", model, str)
+    envs = _parse_envs(raw.get("env"))
+    inference = _table(raw, "inference", INFERENCE_KEYS)
+    trainer = _table(raw, "trainer", TRAINER_KEYS)
+    inference_args = dict(_table(inference, "args", None, prefix="inference"))
+    if "model" in inference_args:
+        raise ConfigError(
+            "key 'inference.args.model' is not allowed", hint="set the model once, at the top level"
+        )
+    trainer_args = _trainer_args(_table(trainer, "args", None, prefix="trainer"))
+    host = _one_value(
+        "host",
+        str,
+        DEFAULT_HOST,
+        ("inference.host", inference.get("host")),
+        ("inference.args.host", inference_args.pop("host", None)),
+        ("trainer.args.vllm_server_host", trainer_args.get("vllm_server_host")),
+    )
+    port = _one_value(
+        "port",
+        int,
+        DEFAULT_PORT,
+        ("inference.port", inference.get("port")),
+        ("inference.args.port", inference_args.pop("port", None)),
+        ("trainer.args.vllm_server_port", trainer_args.get("vllm_server_port")),
+    )
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"port {port} is not a TCP port", hint="use 1..65535")
+    trainer_args.update(vllm_server_host=host, vllm_server_port=port)
+    trainer_args.setdefault("run_name", "-".join(e.name for e in envs))
+    gpus = {side: _gpus(table, side) for side, table in (("inference", inference), ("trainer", trainer))}
+    accelerate_config = trainer.get("accelerate_config")
+    if accelerate_config is not None:
+        _check_type("trainer.accelerate_config", accelerate_config, str)
+        if not Path(accelerate_config).is_file():
+            raise ConfigError(f"trainer.accelerate_config: file {accelerate_config} not found")
+    # The batch rule first, in the config's own terms (trainer.gpus), then RLConfig's other rules.
+    defaults = {f.name: f.default for f in dataclasses.fields(RLConfig)}
+    check_batch_sizes(
+        *(
+            trainer_args.get(k, defaults[k])
+            for k in ("batch_size", "micro_batch_size", "rollouts_per_example")
+        ),
+        num_processes=max(gpus["trainer"], 1),
+        processes_name="max(trainer.gpus, 1)",
+    )
+    try:
+        RLConfig(**trainer_args)
+    except ConfigError as err:
+        raise ConfigError(f"trainer.args: {err.message}", hint=err.hint) from None
+    return RunConfig(
+        model=model,
+        envs=envs,
+        inference=InferenceConfig(gpus=gpus["inference"], host=host, port=port, args=inference_args),
+        trainer=TrainerConfig(gpus=gpus["trainer"], args=trainer_args, accelerate_config=accelerate_config),
+        source=source,
+    )
+
+
+def _parse_envs(raw: Any) -> list[EnvConfig]:
+    if raw is None:
+        raise ConfigError(
+            "the config has no [env] table", hint='add [env] with id = "reverse-text" (or [[env]] tables)'
+        )
+    tables = raw if isinstance(raw, list) else [raw]
+    if not tables or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError("'env' must be an [env] table or a list of [[env]] tables")
+    envs: list[EnvConfig] = []
+    for i, table in enumerate(tables):
+        prefix = f"env.{i}" if isinstance(raw, list) else "env"
+        _check_keys(prefix, table, ENV_KEYS)
+        env_id = table.get("id")
+        if env_id is None:
+            raise ConfigError(f"{prefix} has no id", hint='e.g. id = "reverse-text"')
+        _check_type(f"{prefix}.id", env_id, str)
+        args = _table(table, "args", None, prefix=prefix)
+        weight = table.get("weight", 1.0)
+        _check_type(f"{prefix}.weight", weight, float)
+        if weight <= 0:
+            raise ConfigError(
+                f"{prefix}.weight = {weight} must be > 0", hint="drop the environment to leave it out"
+            )
+        name = table.get("name", env_id)
+        _check_type(f"{prefix}.name", name, str)
+        envs.append(EnvConfig(id=env_id, args=dict(args), weight=float(weight), name=name))
+    names = [e.name for e in envs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(
+            f"two [[env]] tables are both named '{dupes[0]}'", hint='give each a distinct name = "..."'
+        )
+    return envs
+
+
+def _trainer_args(raw: dict[str, Any]) -> dict[str, Any]:
+    """``[trainer.args]`` -> RLConfig keyword arguments (other GRPOConfig fields go to ``grpo_args``)."""
+    own = _rl_hints()
+    passthrough = _grpo_hints()
+    out: dict[str, Any] = {}
+    grpo_args: dict[str, Any] = {}
+    for key, value in raw.items():
+        path = f"trainer.args.{key}"
+        if key == "wandb":
+            table = _table(raw, "wandb", WANDB_KEYS, prefix="trainer.args")
+            for sub, sub_value in table.items():
+                _check_type(f"{path}.{sub}", sub_value, str)
+                out[f"wandb_{sub}"] = sub_value
+        elif key in RENAMED_GRPO_FIELDS:
+            raise ConfigError(
+                f"key '{path}' is set through '{RENAMED_GRPO_FIELDS[key]}' in a vf-rl config",
+                hint=f"set trainer.args.{RENAMED_GRPO_FIELDS[key]} instead",
+            )
+        elif key in own:
+            _check_type(path, value, own[key])
+            out[key] = value
+        elif key in passthrough:
+            _check_type(path, value, passthrough[key])
+            grpo_args[key] = value
+        else:
+            _unknown(path, key, [*own, *passthrough, "wandb"])
+    if grpo_args:
+        out["grpo_args"] = grpo_args
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _rl_hints() -> dict[str, Any]:
+    hints = typing.get_type_hints(RLConfig)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(RLConfig) if f.name != "grpo_args"}
+
+
+@functools.lru_cache(maxsize=1)
+def _grpo_hints() -> dict[str, Any]:
+    try:
+        hints = typing.get_type_hints(GRPOConfig)
+    except Exception:  # an annotation transformers cannot resolve: check names only
+        hints = {}
+    return {name: hints.get(name, Any) for name in grpo_field_names()}
+
+
+def _table(
+    parent: dict[str, Any], key: str, allowed: Sequence[str] | None, prefix: str = ""
+) -> dict[str, Any]:
+    path = f"{prefix}.{key}" if prefix else key
+    value = parent.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"'{path}' must be a table, got {_describe_value(value)}", hint=f"write it as [{path}]"
+        )
+    if allowed is not None:
+        _check_keys(path, value, allowed)
+    return value
+
+
+def _check_keys(prefix: str, table: dict[str, Any], allowed: Sequence[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            _unknown(f"{prefix}.{key}" if prefix else key, key, allowed)
+
+
+def _unknown(path: str, key: str, allowed: Sequence[str]) -> typing.NoReturn:
+    guess = nearest(key, allowed)
+    if guess:
+        raise ConfigError(f"unknown key '{path}'; did you mean '{guess}'?")
+    if len(allowed) <= 8:
+        raise ConfigError(f"unknown key '{path}'", hint=f"valid keys here: {', '.join(allowed)}")
+    raise ConfigError(f"unknown key '{path}'", hint="it is neither an RLConfig nor a GRPOConfig field")
+
+
+def _gpus(table: dict[str, Any], side: str) -> int:
+    gpus = table.get("gpus", 1)
+    _check_type(f"{side}.gpus", gpus, int)
+    if gpus < 0:
+        raise ConfigError(f"{side}.gpus = {gpus} must be >= 0", hint="0 runs on CPU")
+    return gpus
+
+
+def _one_value(what: str, tp: Any, default: Any, *given: tuple[str, Any]) -> Any:
+    """The value set (possibly in several places, which must agree) for the server's host or port."""
+    values = [(path, v) for path, v in given if v is not None]
+    for path, v in values:
+        _check_type(path, v, tp)
+    if len({v for _, v in values}) > 1:
+        listed = " and ".join(f"{path} = {v!r}" for path, v in values)
+        raise ConfigError(f"{listed} disagree", hint=f"set the server's {what} once, in [inference]")
+    return values[0][1] if values else default
+
+
+# -- types ------------------------------------------------------------------------------------
+
+
+def _check_type(path: str, value: Any, tp: Any) -> None:
+    if not _matches(value, tp):
+        raise ConfigError(f"key '{path}' must be {_describe_type(tp)}, got {_describe_value(value)}")
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args if a is not type(None))
+    if origin is typing.Literal:
+        return value in args
+    if origin in (list, tuple, set, Sequence):
+        return isinstance(value, list) and (not args or all(_matches(v, args[0]) for v in value))
+    if origin is dict or tp is dict:
+        return isinstance(value, dict)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return isinstance(value, str)  # the dataclass checks the choice and names the valid ones
+    return True  # a type TOML cannot express: the dataclass decides
+
+
+_TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table"}
+
+
+def _describe_type(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(_describe_type(a) for a in args if a is not type(None)))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (list, tuple, set, Sequence):
+        inner = _describe_type(args[0]) if args else "values"
+        return f"a list of {inner.removeprefix('a ').removeprefix('an ')}s"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "a string"
+    return _TYPE_WORDS.get(origin or tp, getattr(tp, "__name__", str(tp)))
+
+
+def _describe_value(value: Any) -> str:
+    """A value as TOML would show it, and its TOML kind: ``"5" (a string)``."""
+    if isinstance(value, dict):
+        shown = "{...}"
+    elif isinstance(value, bool):
+        shown = "true" if value else "false"
+    elif isinstance(value, (str, list)):
+        shown = json.dumps(value)
+    else:
+        shown = repr(value)
+    kind = {**_TYPE_WORDS, list: "a list"}.get(type(value), type(value).__name__)
+    return f"{shown} ({kind})"
+
+
+# -- vf-vllm flags ----------------------------------------------------------------------------
+
+
+def inference_flags(args: dict[str, Any]) -> list[str]:
+    """``[inference.args]`` as ``vf-vllm`` flags.
+
+    ``key = true`` -> ``--key`` (``no_key = true`` -> ``--no-key`` turns off a flag vLLM
+    defaults on); ``false`` is left out; lists repeat the flag; tables become JSON
+    (vLLM reads JSON for its config flags); anything else -> ``--key value``.
+    """
+    flags: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif value is False:
+            continue
+        elif isinstance(value, list):
+            for item in value:
+                flags += [flag, _flag_value(item)]
+        else:
+            flags += [flag, _flag_value(value)]
+    return flags
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+@dataclass
+class CommandLine:
+    """``vf-rl``/``vf-train`` arguments: the config path, overrides, and boolean flags."""
+
+    config: str
+    overrides: list[tuple[str, str]]
+    flags: set[str]
+
+    def override_args(self) -> list[str]:
+        """The overrides as arguments again, to hand to a child command."""
+        return [a for key, text in self.overrides for a in (f"--{key}", text)]
+
+
+def parse_command_line(
+    argv: Sequence[str] | None, prog: str, flags: dict[str, str], description: str
+) -> CommandLine:
+    """Parse ``@ cfg.toml [--flag] [--dotted.key value | --dotted.key=value ...]``.
+
+    ``flags`` maps our own boolean flags (``--dry-run``) to their help; ``-h`` prints
+    help and exits 0. Bad input raises ``ConfigError`` (one line, exit 2 via run_cli).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config: str | None = None
+    overrides: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            print(_help(prog, flags, description))
+            raise SystemExit(0)
+        if arg.startswith("@"):
+            path = arg[1:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if not path:
+                raise ConfigError(
+                    "'@' must be followed by a config file",
+                    hint=f"e.g. {prog} @ configs/vf-rl/reverse-text.toml",
+                )
+            if config is not None:
+                raise ConfigError(f"two config files given ({config} and {path})", hint="pass one @ file")
+            config = path
+            i += 1 if arg[1:] else 2
+            continue
+        if arg in flags:
+            seen.add(arg)
+            i += 1
+            continue
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(
+                f"unexpected argument {arg!r}", hint=f"usage: {prog} @ config.toml [--section.key value ...]"
+            )
+        key, eq, text = arg[2:].partition("=")
+        if not eq:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is None or nxt.startswith("--") or nxt.startswith("@"):
+                text = "true"  # a bare --key: a boolean switch
+            else:
+                text, i = nxt, i + 1
+        overrides.append((key, text))
+        i += 1
+    if config is None:
+        raise ConfigError(
+            "no config file given", hint=f"usage: {prog} @ path/to/config.toml (vf-setup writes examples)"
+        )
+    return CommandLine(config=config, overrides=overrides, flags=seen)
+
+
+def _help(prog: str, flags: dict[str, str], description: str) -> str:
+    lines = [
+        f"usage: {prog} @ CONFIG.toml [options] [--section.key VALUE ...]",
+        "",
+        description,
+        "",
+        "options:",
+    ]
+    lines += [
+        f"  {flag:<22}{text}" for flag, text in {"-h, --help": "show this help and exit", **flags}.items()
+    ]
+    lines += [
+        "",
+        "overrides: any config key, e.g. --trainer.args.max_steps 5 --model=smollm2 --env.0.weight 2",
+    ]
+    return "\n".join(lines)
