@@ -43,10 +43,17 @@ def load_environment(
     parser = vf.XMLParser(["reversed_text"], answer_field="reversed_text")
 
     def lcs_reward(completion, answer, **_) -> float:
-        """LCS ratio between the text in <reversed_text> tags and the true reversal (0 if no tags)."""
+        """LCS ratio between the answer and the true reversal.
+
+        The answer is the text in <reversed_text> tags, or the whole reply when
+        the tags are missing: a small model rarely writes the tags at first, and
+        scoring untagged replies 0 would give every rollout the same reward, so
+        GRPO would have nothing to learn from. The format reward pays for tags.
+        """
         parsed = parser.parse_answer(completion)
         if parsed is None:
-            return 0.0
+            messages = parser.get_assistant_messages(completion) if isinstance(completion, list) else []
+            parsed = str(messages[-1].get("content") or "") if messages else str(completion or "")
         return lcs_ratio(parsed.strip(), answer)
 
     rubric = vf.Rubric(funcs=[lcs_reward, parser.get_format_reward_func()], weights=[1.0, 0.2], parser=parser)
