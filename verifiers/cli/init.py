@@ -95,10 +95,44 @@ def init_environment(name: str, path: str | Path = "./environments", force: bool
         )
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder} exists and is not a folder", hint="remove it or pick another name")
-    folder.mkdir(parents=True, exist_ok=True)
-    for filename, content in files.items():
-        (folder / filename).write_text(content, encoding="utf-8")
+    try:
+        if folder.exists():  # --force: overwrite its files in place
+            for filename, content in files.items():
+                (folder / filename).write_text(content, encoding="utf-8")
+        else:
+            _write_new_folder(folder, files)
+    except OSError as err:
+        raise ConfigError(
+            f"cannot write environment '{name}' into {folder}: {err.strerror or err}",
+            hint="point --path at a writable folder with free space",
+        ) from None
     return folder
+
+
+def _write_new_folder(folder: Path, files: dict[str, str]) -> None:
+    """Write ``files`` into a hidden sibling folder and rename it to ``folder`` at the end.
+
+    On any failure nothing is left behind: neither a half-written package nor the
+    parent folders this call created.
+    """
+    import shutil
+    import uuid
+
+    created = [p for p in (folder.parent, *folder.parent.parents) if not p.exists()]  # deepest first
+    tmp = folder.parent / f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir(parents=True)
+        for filename, content in files.items():
+            (tmp / filename).write_text(content, encoding="utf-8")
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for parent in created:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        raise
 
 
 if __name__ == "__main__":

@@ -92,8 +92,14 @@ def write(path: Path, text: str, force: bool) -> bool:
             f"{'unchanged' if same else 'kept'} {path}" + ("" if same else " (exists; --force overwrites it)")
         )
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(
+            f"cannot write {path}: {e.strerror or e}",
+            hint="point --dir at a writable folder (not a file)",
+        ) from e
     print(f"wrote {path}")
     return True
 

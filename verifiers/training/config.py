@@ -21,8 +21,10 @@ Both resolved values are stored back on the config after validation.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,7 +161,12 @@ class GRPOConfig(TrainingArguments):
         if self.epsilon_high is None:
             self.epsilon_high = DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
         self._validate_fields()
-        super().__post_init__()
+        try:
+            super().__post_init__()
+        except ConfigError:
+            raise
+        except ValueError as err:  # TrainingArguments' own checks: the same kind of bad input
+            raise _training_args_error(self, err) from None
         self.generation_batch_size, self.steps_per_generation = resolve_batch_layout(
             per_device_train_batch_size=self.per_device_train_batch_size,
             num_processes=self.world_size,
@@ -394,6 +401,33 @@ def _available_report_to(report_to: str | list[str] | None) -> str | list[str] |
     )
     rest = [t for t in targets if t not in ("wandb", fallback)] + ([fallback] if fallback else [])
     return rest or "none"
+
+
+_ENUM_ERROR = re.compile(
+    r"^(?P<value>.*) is not a valid (?P<kind>\w+), please select one of \[(?P<choices>.*)\]$"
+)
+
+
+def _training_args_error(config: Any, err: ValueError) -> ConfigError:
+    """A ``ValueError`` from ``TrainingArguments.__post_init__`` as a one-line ``ConfigError``.
+
+    An unknown choice (``lr_scheduler_type``, ``optim``, ``*_strategy``, ...) names
+    the field it was given to and the valid choices; anything else keeps
+    transformers' own wording.
+    """
+    message = " ".join(str(err).split())
+    match = _ENUM_ERROR.match(message)
+    if match:
+        value = match["value"]
+        names = [
+            f.name
+            for f in dataclasses.fields(config)
+            if isinstance(getattr(config, f.name, None), str) and getattr(config, f.name) == value
+        ]
+        where = f"{names[0]}={value!r}" if names else repr(value)
+        choices = match["choices"].replace("'", "")
+        return ConfigError(f"{where} is not a valid {match['kind']}", hint=f"use one of: {choices}")
+    return ConfigError(f"invalid training arguments: {message}", hint="fix the field it names")
 
 
 def _fail(problem: str, fix: str | None = None) -> None:

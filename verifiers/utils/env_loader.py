@@ -191,3 +191,55 @@ def check_env_args(env_id: str, loader: Any, env_args: dict[str, Any]) -> None:
             f"environment '{env_id}' requires argument(s): {', '.join(missing)}",
             hint=f"""pass them as environment arguments, e.g. vf-eval ENV -a '{{"{missing[0]}": ...}}'""",
         )
+    _check_arg_types(env_id, loader, env_args)
+
+
+_TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _simple_types(annotation: Any) -> tuple[type, ...] | None:
+    """The plain types (bool, int, float, str, None) an annotation allows; None if it is anything richer."""
+    import types
+    import typing
+
+    if annotation in _TYPE_WORDS or annotation is type(None):
+        return (annotation,)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        parts = [_simple_types(a) for a in typing.get_args(annotation)]
+        if any(p is None for p in parts):
+            return None
+        return tuple(t for p in parts for t in p)  # type: ignore[union-attr]
+    return None
+
+
+def _is_a(value: Any, tp: type) -> bool:
+    if tp is type(None):
+        return value is None
+    if isinstance(value, bool):
+        return tp is bool
+    return isinstance(value, (int, float) if tp is float else tp)
+
+
+def _check_arg_types(env_id: str, loader: Any, env_args: dict[str, Any]) -> None:
+    """Reject a value whose type plainly contradicts the loader's annotation (``"5"`` for an ``int``).
+
+    Only annotations made of bool/int/float/str/None are checked; an int is a valid
+    float; a bool is not a valid int. Annotations that cannot be resolved are skipped.
+    """
+    import typing
+
+    try:
+        hints = typing.get_type_hints(loader)
+    except Exception:  # noqa: BLE001 - an annotation we cannot resolve: nothing to check
+        return
+    for name, value in env_args.items():
+        allowed = _simple_types(hints.get(name))
+        if allowed is None:
+            continue
+        if not any(_is_a(value, tp) for tp in allowed):
+            words = " or ".join(_TYPE_WORDS.get(tp, "None") for tp in allowed)
+            raise EnvironmentArgsError(
+                f"environment '{env_id}' argument {name} must be {words}, "
+                f"got {value!r} ({type(value).__name__})",
+                hint="fix its value in the environment arguments (vf-eval -a '{...}')",
+            )
