@@ -1,0 +1,162 @@
+"""Weight sync with a fake client: chunked gathering, LoRA vs full, merged fallback with one warning."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+from verifiers.errors import ServerError, WeightSyncError  # noqa: E402
+from verifiers.training.sync import WeightSyncer  # noqa: E402
+from verifiers.utils.logging import reset_warn_once  # noqa: E402
+
+
+def tiny_llama(tied: bool = True):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=tied,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def with_lora(model):
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    return peft.get_peft_model(model, cfg)
+
+
+class FakeClient:
+    def __init__(self, lora_enabled: bool = True, fail_weights: bool = False):
+        self.lora_enabled, self.fail_weights = lora_enabled, fail_weights
+        self.weights: dict[str, torch.Tensor] = {}
+        self.weight_calls = 0
+        self.lora_calls: list[tuple] = []
+        self.resets = 0
+
+    def update_weights(self, named_tensors, **kw):
+        if self.fail_weights:
+            raise ServerError("update refused", status=500)
+        self.weight_calls += 1
+        self.weights.update({n: t.clone() for n, t in named_tensors})
+
+    def update_lora(self, tensors, name="vf-lora", config=None):
+        if not self.lora_enabled:
+            raise ServerError("LoRA is not enabled on this server", status=400)
+        self.lora_calls.append((name, dict(tensors), config))
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+
+class CountingGather:
+    """Stands in for deepspeed's GatheredParameters; records group sizes and forbids nesting."""
+
+    def __init__(self):
+        self.sizes: list[int] = []
+        self.active = 0
+
+    @contextlib.contextmanager
+    def __call__(self, params):
+        assert self.active == 0, "gathers must not nest"
+        self.active += 1
+        self.sizes.append(len(params))
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+def test_full_sync_sends_every_parameter_in_small_gathers():
+    model = tiny_llama()
+    client, gather = FakeClient(), CountingGather()
+    syncer = WeightSyncer(client, model, gather=gather, max_tensors_per_gather=3, max_bytes_per_request=4096)
+    client.batches = []
+    original = client.update_weights
+    client.update_weights = lambda named, **kw: (
+        client.batches.append([n for n, _ in named]),
+        original(named),
+    )
+    result = syncer.sync()
+    # Never split one module's tensors (q/k/v are fused by the server) across updates.
+    modules = [{n.rsplit(".", 2)[0] for n in b if ".layers." in n} for b in client.batches]
+    assert all(not (a & b) for i, a in enumerate(modules) for b in modules[i + 1 :])
+    expected = dict(model.named_parameters())
+    assert set(client.weights) == set(expected)  # HF names; tied lm_head appears once
+    assert all(torch.equal(client.weights[n], p.data) for n, p in expected.items())
+    assert max(gather.sizes) <= 3 and sum(gather.sizes) == len(expected)
+    assert client.weight_calls > 1  # split into several requests by the byte budget
+    assert result.mode == "full" and result.num_tensors == len(expected) and client.resets == 1
+
+
+def test_non_main_rank_gathers_but_sends_nothing():
+    model = tiny_llama()
+    client, gather = FakeClient(), CountingGather()
+    result = WeightSyncer(
+        client, model, gather=gather, is_main_process=False, max_tensors_per_gather=4
+    ).sync()
+    assert client.weight_calls == 0 and client.resets == 0 and result.num_tensors == 0
+    assert sum(gather.sizes) == len(list(model.parameters()))
+
+
+def test_lora_sync_sends_only_the_adapter():
+    model = with_lora(tiny_llama())
+    client, gather = FakeClient(), CountingGather()
+    result = WeightSyncer(client, model, gather=gather, max_tensors_per_gather=2).sync()
+    assert client.weight_calls == 0 and len(client.lora_calls) == 1
+    name, tensors, config = client.lora_calls[0]
+    lora_names = [n for n, _ in model.named_parameters() if "lora_" in n]
+    assert len(tensors) == len(lora_names) == 8  # 2 layers x (q, v) x (A, B)
+    assert all(".default." not in k and "lora_" in k for k in tensors)
+    saved = peft.get_peft_model_state_dict(model)
+    assert set(tensors) == set(saved) and all(torch.equal(tensors[k], saved[k]) for k in saved)
+    assert config["r"] == 4 and sorted(config["target_modules"]) == ["q_proj", "v_proj"]
+    assert max(gather.sizes) <= 2 and result.mode == "lora"
+
+
+def test_lora_rejected_falls_back_to_merged_weights_with_one_warning(caplog):
+    reset_warn_once()
+    model = with_lora(tiny_llama())
+    merged_reference = copy.deepcopy(model).merge_and_unload().state_dict()
+    client, gather = FakeClient(lora_enabled=False), CountingGather()
+    syncer = WeightSyncer(client, model, gather=gather, max_tensors_per_gather=3)
+    with caplog.at_level(logging.WARNING, logger="verifiers"):
+        first = syncer.sync()
+        second = syncer.sync()
+    warnings = [r for r in caplog.records if "falling back" in r.getMessage()]
+    assert len(warnings) == 1
+    assert first.mode == second.mode == "merged"
+    assert len(client.lora_calls) == 0  # no second attempt
+    base_names = {n for n, _ in tiny_llama().named_parameters()}
+    assert set(client.weights) == base_names
+    for name in base_names:
+        torch.testing.assert_close(client.weights[name], merged_reference[name], rtol=0, atol=1e-6)
+    # The model itself is left unmerged.
+    assert any("lora_A" in n for n, _ in model.named_parameters())
+    # A merged unit gathers W, A and B together, still within the limit.
+    assert max(gather.sizes) <= 3
+
+
+def test_lora_error_after_success_is_raised_not_hidden():
+    model = with_lora(tiny_llama())
+    client = FakeClient()
+    syncer = WeightSyncer(client, model)
+    syncer.sync()
+    client.lora_enabled = False
+    with pytest.raises(ServerError):
+        syncer.sync()
+
+
+def test_server_error_becomes_weight_sync_error_naming_the_stage():
+    with pytest.raises(WeightSyncError, match="stage 'update_weights'"):
+        WeightSyncer(FakeClient(fail_weights=True), tiny_llama()).sync()

@@ -1,0 +1,495 @@
+"""GRPOTrainer end to end.
+
+Two layers:
+
+- Without vLLM (always run): the tiny model trains against ``tests/fakeserver.py``
+  (an OpenAI-compatible fake) through a client that records weight syncs. Checks
+  the wiring: steps, parameters changing, sync after each step, async modes,
+  resume, error propagation, clean shutdown.
+- With a real vf-vllm server (``-m server``): the same tiny model is served; the
+  server's log-probs must equal the trainer's after every sync.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+
+from transformers import TrainerCallback  # noqa: E402
+
+import verifiers as vf  # noqa: E402
+from tests.fakeserver import FakeServer  # noqa: E402
+from verifiers.errors import GenerationError  # noqa: E402
+
+
+def reply_of(request: dict) -> str:
+    """Deterministic per (prompt, seed): 1-12 characters, so rewards differ within a group."""
+    key = f"{request.get('messages')}|{request.get('seed')}".encode()
+    n = 1 + hashlib.sha256(key).digest()[0] % 12
+    return "abcdefghijkl"[:n]
+
+
+def length_reward(completion, **_) -> float:
+    text = completion[-1]["content"] if isinstance(completion, list) else completion
+    return len(text) / 12.0
+
+
+def make_env(n: int = 8) -> vf.Environment:
+    rows = {"question": [f"say something {i}" for i in range(n)], "answer": [""] * n}
+    return vf.SingleTurnEnv(
+        dataset=datasets.Dataset.from_dict(rows),
+        eval_dataset=datasets.Dataset.from_dict(rows),
+        rubric=vf.Rubric(funcs=[length_reward]),
+    )
+
+
+class RecordingClient:
+    """An AsyncOpenAI client for the fake server plus the weight-sync methods, recorded."""
+
+    def __init__(self, server: FakeServer, lora_enabled: bool = True):
+        self._oai = server.client()
+        self.model_name = server.model
+        self.lora_enabled = lora_enabled
+        self.syncs: list[tuple[str, int]] = []
+        self.resets = 0
+        self.last_weights: dict[str, torch.Tensor] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._oai, name)
+
+    def health(self):
+        return {"model": self.model_name, "status": "ready"}
+
+    def update_weights(self, named_tensors, **kw):
+        named = list(named_tensors)
+        self.last_weights.update({n: t.clone() for n, t in named})
+        self.syncs.append(("full", len(named)))
+
+    def update_lora(self, tensors, name="vf-lora", config=None):
+        if not self.lora_enabled:
+            raise vf.ServerError("LoRA is not enabled on this server", status=400)
+        self.syncs.append(("lora", len(tensors)))
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+
+@pytest.fixture(scope="module")
+def fake_server():
+    server = FakeServer(reply=reply_of)
+    server.start()
+    yield server
+    server.stop()
+
+
+def grpo_args(tmp_path, **overrides):
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        report_to="none",
+        max_steps=3,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_generations=4,
+        learning_rate=1e-3,
+        max_tokens=12,
+        max_seq_len=256,
+        max_prompt_length=128,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        num_batches_ahead=0,
+        importance_sampling_mask_low=None,  # the fake server's log-probs are not the model's
+        importance_sampling_mask_high=None,
+        async_generation_timeout=60,
+        seed=0,
+    )
+    base.update(overrides)
+    return vf.GRPOConfig(**base)
+
+
+def make_trainer(tiny_model_dir, client, args, peft_config=None, env=None):
+    model, tokenizer = vf.get_model_and_tokenizer(str(tiny_model_dir))
+    return vf.GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        env=env or make_env(),
+        args=args,
+        peft_config=peft_config,
+        client=client,
+    )
+
+
+def train_log(trainer) -> list[dict]:
+    return [h for h in trainer.state.log_history if "loss" in h and "step" in h]
+
+
+def no_generator_threads() -> bool:
+    return not [t for t in threading.enumerate() if t.name == "vf-generator" and t.is_alive()]
+
+
+# ---------------------------------------------------------------------------
+# Pieces the trainer wires: log-probs, scoring window, metrics, curves
+
+
+def test_selective_log_softmax_matches_full_log_softmax_in_chunks():
+    from verifiers.training.logprobs import entropy_from_logits, selective_log_softmax
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g, requires_grad=True)
+    ids = torch.randint(0, 11, (3, 5), generator=g)
+    full = torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1)
+    chunked = selective_log_softmax(logits, ids, chunk_rows=4)
+    torch.testing.assert_close(chunked, full)
+    chunked.sum().backward()  # gradients flow through the chunked writes
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+    p = torch.softmax(logits.detach(), -1)
+    torch.testing.assert_close(entropy_from_logits(logits, chunk_rows=4), -(p * p.log()).sum(-1))
+
+
+def test_scoring_inputs_trims_padding_and_starts_at_first_loss_token():
+    from verifiers.training.logprobs import scoring_inputs
+
+    ids = torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 0]])
+    attn = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
+    loss = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]])
+    out = scoring_inputs(ids, attn, loss, loss.float() * -0.5)
+    assert out["start"] == 2 and out["input_ids_BT"].shape == (2, 5)
+    assert out["loss_mask_BT"].tolist() == [[1, 1, 0], [0, 1, 1]]
+
+
+def test_metrics_accumulator_means_and_extremes():
+    from verifiers.training.metrics import MetricsAccumulator
+
+    acc = MetricsAccumulator()
+    acc.add({"loss": 1.0, "ratio/min": 0.9, "ratio/max": 1.1})
+    acc.add({"loss": torch.tensor(3.0), "ratio/min": 0.8, "ratio/max": 1.05, "skip": float("nan")})
+    assert acc.pop() == {"loss": 2.0, "ratio/min": 0.8, "ratio/max": 1.1}
+    assert acc.pop() == {}
+
+
+def test_plot_curves_writes_a_png(tmp_path):
+    from verifiers.training.metrics import plot_curves
+
+    history = [{"step": i, "loss": 1.0 / i, "reward": 0.1 * i, "reward_std": 0.05} for i in range(1, 6)]
+    history.append({"step": 5, "eval_reward": 0.4})
+    path = plot_curves(history, tmp_path / "curves.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    assert plot_curves([], tmp_path / "none.png") is None
+
+
+# ---------------------------------------------------------------------------
+# The trainer against the fake server
+
+
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_three_steps_change_every_parameter_and_sync_each_step(tiny_model_dir, fake_server, tmp_path, ahead):
+    client = RecordingClient(fake_server)
+    trainer = make_trainer(tiny_model_dir, client, grpo_args(tmp_path, num_batches_ahead=ahead))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    unchanged = [n for n, p in before.items() if torch.equal(p, after[n].detach())]
+    assert not unchanged
+    assert trainer.state.global_step == 3
+    # One sync before the first generation, then one per optimizer step.
+    assert [kind for kind, _ in client.syncs] == ["full"] * 4 and client.resets == 4
+    for name, p in after.items():
+        assert torch.equal(client.last_weights[name], p.detach())
+    logs = train_log(trainer)
+    assert len(logs) == 3
+    for key in (
+        "reward",
+        "reward_std",
+        "rewards/length_reward",
+        "importance_ratio/mean",
+        "entropy",
+        "completion_length/mean",
+        "truncated_frac",
+        "zero_std_groups_frac",
+        "time/sync_s",
+        "time/generation_s",
+        "time/train_s",
+        "clip_ratio/region",
+        "kl",
+    ):
+        assert key in logs[0], key
+    assert all(h["policy_lag"] <= ahead for h in logs)
+    assert (tmp_path / "out" / "curves.png").is_file()
+    assert no_generator_threads()
+
+
+def test_lora_without_server_support_falls_back_to_merged_sync(tiny_model_dir, fake_server, tmp_path):
+    client = RecordingClient(fake_server, lora_enabled=False)
+    trainer = make_trainer(
+        tiny_model_dir,
+        client,
+        grpo_args(tmp_path, max_steps=2, gradient_checkpointing=True),  # as grpo_defaults sets it
+        peft_config=vf.lora_defaults(r=4, alpha=8),
+    )
+    lora_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    assert [kind for kind, _ in client.syncs] == ["full"] * 3
+    assert not any("lora" in n for n in client.last_weights)
+    changed = [
+        n
+        for n, p in trainer.model.named_parameters()
+        if p.requires_grad and not torch.equal(p, lora_before[n])
+    ]
+    assert changed and all("lora_B" in n or "lora_A" in n for n in changed)
+
+
+def test_lora_sync_sends_adapter_and_uses_kl_to_base(tiny_model_dir, fake_server, tmp_path):
+    client = RecordingClient(fake_server)
+    trainer = make_trainer(
+        tiny_model_dir,
+        client,
+        grpo_args(tmp_path, max_steps=2, beta=0.1),
+        peft_config=vf.lora_defaults(r=4, alpha=8),
+    )
+    trainer.train()
+    assert [kind for kind, _ in client.syncs] == ["lora"] * 3
+    assert all("kl" in h for h in train_log(trainer))
+
+
+def test_resume_gives_the_same_next_step_loss(tiny_model_dir, fake_server, tmp_path):
+    common = dict(num_batches_ahead=0, save_strategy="steps", save_steps=2, save_only_model=False, beta=0.05)
+    full = make_trainer(tiny_model_dir, RecordingClient(fake_server), grpo_args(tmp_path / "a", **common))
+    full.train()
+    checkpoint = tmp_path / "a" / "out" / "checkpoint-2"
+    assert (checkpoint / "generator_state.pt").is_file()
+
+    resumed = make_trainer(tiny_model_dir, RecordingClient(fake_server), grpo_args(tmp_path / "b", **common))
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    step3_full = [h for h in train_log(full) if h["step"] == 3][0]
+    step3_resumed = [h for h in train_log(resumed) if h["step"] == 3][0]
+    print("step 3 loss", step3_full["loss"], step3_resumed["loss"])
+    assert step3_resumed["reward"] == pytest.approx(step3_full["reward"], rel=1e-6)
+    assert step3_resumed["loss"] == pytest.approx(step3_full["loss"], rel=1e-4)
+    assert abs(step3_full["loss"]) > 1e-5  # a real number, not a vanishing one
+
+
+def test_resume_mid_generation_batch_restores_the_buffer(tiny_model_dir, fake_server, tmp_path):
+    # num_iterations=2: every generation batch spans two optimizer steps; a checkpoint
+    # after step 1 lies inside batch 0, whose old log-probs must come back.
+    common = dict(num_iterations=2, save_strategy="steps", save_steps=1, save_only_model=False, max_steps=2)
+    full = make_trainer(tiny_model_dir, RecordingClient(fake_server), grpo_args(tmp_path / "a", **common))
+    full.train()
+    checkpoint = tmp_path / "a" / "out" / "checkpoint-1"
+    resumed = make_trainer(tiny_model_dir, RecordingClient(fake_server), grpo_args(tmp_path / "b", **common))
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    loss_full = [h for h in train_log(full) if h["step"] == 2][0]["loss"]
+    loss_resumed = [h for h in train_log(resumed) if h["step"] == 2][0]["loss"]
+    print("step 2 loss", loss_full, loss_resumed)
+    assert loss_resumed == pytest.approx(loss_full, rel=1e-4)
+
+
+def test_generation_error_surfaces_with_cause_and_no_thread_is_left(tiny_model_dir, tmp_path):
+    server = FakeServer(reply=lambda req: {"status": 500, "error": "model exploded"})
+    server.start()
+    try:
+        env = make_env()
+
+        def broken_process(*a, **kw):
+            raise RuntimeError("tokens are broken")
+
+        env.process_env_results = broken_process
+        trainer = make_trainer(tiny_model_dir, RecordingClient(server), grpo_args(tmp_path), env=env)
+        with pytest.raises(GenerationError, match="tokens are broken") as info:
+            trainer.train()
+        assert isinstance(info.value.__cause__, RuntimeError)
+    finally:
+        server.stop()
+    assert no_generator_threads()
+
+
+def test_eval_during_training_logs_eval_reward(tiny_model_dir, fake_server, tmp_path):
+    args = grpo_args(tmp_path, max_steps=2, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4)
+    trainer = make_trainer(tiny_model_dir, RecordingClient(fake_server), args)
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_reward" in h]
+    assert len(evals) == 1 and evals[0]["step"] == 2
+    standalone = trainer.evaluate()  # outside train(): starts and stops its own generator thread
+    assert "eval_reward" in standalone and no_generator_threads()
+
+
+# ---------------------------------------------------------------------------
+# With a real vf-vllm server (tiny tied Llama, fp32, CPU)
+
+TOL = 1e-3  # fp32 server vs fp32 trainer, per sampled token
+
+
+def char_length_reward(completion, **_) -> float:
+    """Random tokens differ in length, so this reward varies within a group from the first step."""
+    text = completion[-1]["content"] if isinstance(completion, list) else completion
+    return min(len(text), 200) / 100.0
+
+
+def server_env(n: int = 8) -> vf.Environment:
+    rows = {"question": [f"Count to {i}." for i in range(n)], "answer": [""] * n}
+    return vf.SingleTurnEnv(
+        dataset=datasets.Dataset.from_dict(rows),
+        eval_dataset=datasets.Dataset.from_dict(rows),
+        rubric=vf.Rubric(funcs=[char_length_reward]),
+    )
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_dir, tmp_path_factory):
+    pytest.importorskip("vllm")
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from verifiers.inference.client import VLLMClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tmp_path_factory.mktemp("grpo-vllm")
+    cmd = [
+        sys.executable, "-m", "verifiers.cli.vllm", "--model", str(tiny_model_dir), "--port", str(port),
+        "--enforce-eager", "--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(256 << 20),
+        "--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp / "cache")}
+    log = tmp / "server.log"
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    client = VLLMClient(f"http://127.0.0.1:{port}", request_timeout=60)
+    try:
+        client.wait_until_ready(timeout=240)
+        yield client
+    except Exception:
+        pytest.fail(f"vf-vllm did not start; log tail:\n{log.read_text(errors='replace')[-3000:]}")
+    finally:
+        client.close()
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def server_args(tmp_path, **overrides):
+    base = dict(
+        max_tokens=16,
+        learning_rate=3e-3,
+        num_batches_ahead=0,
+        importance_sampling_mask_low=0.5,
+        importance_sampling_mask_high=5.0,
+        mask_truncated_completions=False,  # the random model never stops before max_tokens
+    )
+    base.update(overrides)
+    return grpo_args(tmp_path, **base)
+
+
+def restore_base_weights(client, tiny_model_dir):
+    """Tests share one server: put the original weights back before a run that assumes them."""
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    client.update_weights(list(base.named_parameters()))
+
+
+class LogprobCheck(TrainerCallback):
+    """After each sync (added after the trainer's own on_step_end), sample from the server and
+    compare its log-probs with the trainer's for the same tokens."""
+
+    def __init__(self, trainer):
+        self.trainer, self.gaps = trainer, []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        print("server vs trainer max |logprob gap| after each sync:", self.gaps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        t = self.trainer
+        extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+        out = t.client.sync_openai.completions.create(
+            model=t._served_model_name(), prompt="Count to three.", max_tokens=12, logprobs=1, temperature=1.0,
+            extra_body=extra,
+        )  # fmt: skip
+        choice = out.choices[0]
+        ids = torch.tensor([list(choice.prompt_token_ids) + list(choice.token_ids)])
+        from verifiers.training.logprobs import sequence_logprobs
+
+        with torch.no_grad():
+            lp, _ = sequence_logprobs(t.model, ids, torch.ones_like(ids), len(choice.prompt_token_ids))
+        gap = max(abs(a - b) for a, b in zip(lp[0].tolist(), choice.logprobs.token_logprobs, strict=True))
+        self.gaps.append(gap)
+
+
+@pytest.mark.server
+def test_server_full_sync_matches_logprobs_and_starts_on_policy(tiny_model_dir, vllm_server, tmp_path):
+    restore_base_weights(vllm_server, tiny_model_dir)
+    env = server_env()
+    trainer = make_trainer(tiny_model_dir, vllm_server, server_args(tmp_path), env=env)
+    check = LogprobCheck(trainer)
+    trainer.add_callback(check)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert not [n for n, p in trainer.model.named_parameters() if torch.equal(p.detach(), before[n])]
+    assert len(check.gaps) == 3 and max(check.gaps) < TOL, check.gaps
+    logs = train_log(trainer)
+    first = logs[0]
+    for key in ("importance_ratio/mean", "importance_ratio/min", "importance_ratio/max"):
+        assert abs(first[key] - 1.0) < TOL, (key, first[key])
+    assert first["reward_std"] > 0
+    assert no_generator_threads()
+
+
+@pytest.mark.server
+def test_server_one_batch_ahead(tiny_model_dir, vllm_server, tmp_path):
+    restore_base_weights(vllm_server, tiny_model_dir)
+    trainer = make_trainer(
+        tiny_model_dir, vllm_server, server_args(tmp_path, num_batches_ahead=1), env=server_env()
+    )
+    trainer.train()
+    logs = train_log(trainer)
+    assert len(logs) == 3 and all(h["policy_lag"] <= 1 for h in logs)
+    assert all(0 < h["importance_ratio/mean"] < 5 for h in logs)
+    assert no_generator_threads()
+
+
+@pytest.mark.server
+def test_server_lora_syncs_adapter(tiny_model_dir, vllm_server, tmp_path):
+    restore_base_weights(vllm_server, tiny_model_dir)
+    peft_config = vf.lora_defaults(r=8, alpha=16)
+    peft_config.init_lora_weights = True
+    trainer = make_trainer(
+        tiny_model_dir, vllm_server, server_args(tmp_path, max_steps=2, beta=0.01), peft_config=peft_config,
+        env=server_env(),
+    )  # fmt: skip
+    check = LogprobCheck(trainer)
+    trainer.add_callback(check)
+    trainer.train()
+    assert trainer.syncer.mode == "lora" and trainer._served_model_name() == "vf-lora"
+    assert len(check.gaps) == 2 and max(check.gaps) < TOL, check.gaps
+    first = train_log(trainer)[0]
+    assert abs(first["importance_ratio/mean"] - 1.0) < TOL
+
+
+@pytest.mark.server
+def test_server_resume_gives_the_same_next_step_loss(tiny_model_dir, vllm_server, tmp_path):
+    common = dict(save_strategy="steps", save_steps=2, save_only_model=False, beta=0.01)
+    restore_base_weights(vllm_server, tiny_model_dir)
+    full = make_trainer(tiny_model_dir, vllm_server, server_args(tmp_path / "a", **common), env=server_env())
+    full.train()
+    resumed = make_trainer(
+        tiny_model_dir, vllm_server, server_args(tmp_path / "b", **common), env=server_env()
+    )
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "out" / "checkpoint-2"))
+    a = [h for h in train_log(full) if h["step"] == 3][0]
+    b = [h for h in train_log(resumed) if h["step"] == 3][0]
+    print("step 3:", a["loss"], b["loss"], a["reward"], b["reward"])
+    assert b["reward"] == pytest.approx(a["reward"], abs=1e-6)
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)

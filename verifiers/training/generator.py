@@ -1,0 +1,556 @@
+"""Background generation of training batches.
+
+Three pieces, from the data outwards:
+
+- ``PromptStream``: which dataset rows make up each generation batch. An endless
+  stream of per-epoch permutations (seeded), read by a cursor; the cursor is the
+  "dataloader position" saved in checkpoints.
+- ``RolloutProducer``: one generation batch as a coroutine. Takes the next prompts,
+  repeats each ``num_generations`` times, runs ``env.a_generate`` through the
+  server, optionally drops groups that carry no signal (oversampling to keep the
+  batch full), turns the rollouts into token data, and returns a
+  ``GeneratedBatch``.
+- ``BatchGenerator``: a thread with its own event loop that runs the producer
+  ahead of training. Batch ``i`` may start only once ``i - num_batches_ahead``
+  batches are trained (so no sample is more than ``num_batches_ahead`` policy
+  versions old), at most ``max_queue_size`` finished batches wait, the main thread
+  waits at most ``timeout`` seconds for a batch, and a failure in the thread is
+  raised in the main thread as ``GenerationError`` with the cause chained.
+
+Batch indices count generation batches from the start of training; a policy
+version is the number of generation batches trained (and synced) so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from verifiers.errors import GenerationError
+from verifiers.types import GenerateOutputs, ProcessedOutputs
+
+logger = logging.getLogger("verifiers.training.generator")
+
+# Rollout state keys kept after processing: enough for metrics and sample tables,
+# small and picklable (raw responses and per-turn tokens are dropped once the token
+# data is built, so pending batches can be saved with a checkpoint).
+LEAN_STATE_KEYS = ("is_truncated", "error", "timing", "turn")
+
+
+@dataclass
+class GeneratedBatch:
+    """One generation batch: ``num_prompts * num_generations`` rollouts, group-major.
+
+    Rollout ``k`` belongs to group ``k // num_generations``. ``processed`` holds
+    the token data (one sample per rollout, or more when a chat template rewrote
+    turns; ``processed.rollout_index`` maps samples back).
+    """
+
+    index: int
+    policy_version: int
+    num_generations: int
+    outputs: GenerateOutputs
+    processed: ProcessedOutputs | None
+    generation_s: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Producer(Protocol):
+    """What ``BatchGenerator`` runs: one batch per call, plus resumable state."""
+
+    async def produce(self, index: int, policy_version: int) -> GeneratedBatch: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+
+class PromptStream:
+    """Dataset row indices as an endless stream of epochs, read by a cursor.
+
+    Epoch ``e`` is ``range(n)`` shuffled with ``random.Random(seed + e)`` (or kept
+    in order), so the rows at any cursor are a pure function of ``(n, seed,
+    cursor)``, and resuming only needs the cursor.
+    """
+
+    def __init__(self, num_rows: int, seed: int = 0, shuffle: bool = True, cursor: int = 0):
+        if num_rows <= 0:
+            raise GenerationError("the training dataset is empty (no prompts to generate from)")
+        self.num_rows, self.seed, self.shuffle, self.cursor = num_rows, seed, shuffle, cursor
+        self._epoch, self._order = -1, list(range(num_rows))
+
+    def _order_of(self, epoch: int) -> list[int]:
+        if epoch != self._epoch:
+            order = list(range(self.num_rows))
+            if self.shuffle:
+                random.Random(self.seed + epoch).shuffle(order)
+            self._epoch, self._order = epoch, order
+        return self._order
+
+    def take(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            epoch, pos = divmod(self.cursor, self.num_rows)
+            out.append(self._order_of(epoch)[pos])
+            self.cursor += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self.cursor}
+
+
+def rows_to_inputs(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Dataset rows -> the column dict ``Environment.a_generate`` takes."""
+    return {
+        "prompt": [r["prompt"] for r in rows],
+        "answer": [r.get("answer", "") or "" for r in rows],
+        "info": [r.get("info", {}) or {} for r in rows],
+        "task": [r.get("task", "default") or "default" for r in rows],
+    }
+
+
+def merge_outputs(parts: Sequence[GenerateOutputs], order: Sequence[tuple[int, int]]) -> GenerateOutputs:
+    """Concatenate ``parts`` picking rollout ``order[k] = (part, position)`` at ``k``."""
+    metric_names = sorted({name for p in parts for name in p.metrics})
+
+    def pick(column: str) -> list[Any]:
+        return [getattr(parts[p], column)[i] for p, i in order]
+
+    metrics = {
+        name: [parts[p].metrics.get(name, [0.0] * len(parts[p]))[i] for p, i in order]
+        for name in metric_names
+    }
+    return GenerateOutputs(
+        prompt=pick("prompt"),
+        completion=pick("completion"),
+        answer=pick("answer"),
+        state=pick("state"),
+        info=pick("info"),
+        task=pick("task"),
+        reward=[float(r) for r in pick("reward")],
+        metrics=metrics,
+    )
+
+
+def lean_outputs(outputs: GenerateOutputs) -> GenerateOutputs:
+    """Drop bulky per-rollout state (raw responses, turn tokens) after processing."""
+    states = [{k: s[k] for k in LEAN_STATE_KEYS if k in s} for s in outputs.state]
+    return GenerateOutputs(
+        prompt=outputs.prompt,
+        completion=outputs.completion,
+        answer=outputs.answer,
+        state=states,
+        info=outputs.info,
+        task=outputs.task,
+        reward=outputs.reward,
+        metrics=outputs.metrics,
+    )
+
+
+def rollout_seed(base: int, index: int, round_: int, slot: int) -> int:
+    """A distinct sampling seed per (batch, oversampling round, slot in group)."""
+    return (base * 1_000_003 + index * 7_919 + round_ * 104_729 + slot * 31) % (2**31 - 1)
+
+
+class RolloutProducer:
+    """Generates one batch of groups through ``env.a_generate`` (runs in the generator's loop).
+
+    ``keep_groups(rewards, num_generations) -> list[bool]`` (optional) marks the
+    groups worth training on; dropped groups are replaced by groups of fresh
+    prompts for up to ``max_filter_rounds`` extra rounds, then by dropped ones, so
+    every batch has exactly ``num_prompts`` groups. With ``seed`` set, rollout
+    ``j`` of every group is sampled with its own seed (vLLM's ``seed`` sampling
+    argument), so a run is reproducible while the members of a group still differ.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        client: Any,
+        model: str,
+        dataset: Any,
+        stream: PromptStream,
+        *,
+        num_prompts: int,
+        num_generations: int,
+        sampling_args: dict[str, Any] | None = None,
+        max_concurrent: int = -1,
+        process: Callable[[GenerateOutputs], ProcessedOutputs | None] | None = None,
+        keep_groups: Callable[[list[float], int], list[bool]] | None = None,
+        max_filter_rounds: int = 2,
+        seed: int | None = None,
+    ):
+        self.env, self.client, self.model, self.dataset, self.stream = env, client, model, dataset, stream
+        self.num_prompts, self.num_generations = num_prompts, num_generations
+        self.sampling_args = dict(sampling_args or {})
+        self.max_concurrent = max_concurrent
+        self.process, self.keep_groups, self.max_filter_rounds = process, keep_groups, max_filter_rounds
+        self.seed = seed
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.stream.state_dict()
+
+    async def _generate_groups(self, rows: list[dict[str, Any]], index: int, round_: int) -> GenerateOutputs:
+        """Rollouts for ``rows``, each repeated ``num_generations`` times, group-major."""
+        G = self.num_generations
+        if self.seed is None:
+            repeated = [r for r in rows for _ in range(G)]
+            return await self.env.a_generate(
+                rows_to_inputs(repeated),
+                client=self.client,
+                model=self.model,
+                sampling_args=self.sampling_args,
+                score_rollouts=True,
+                max_concurrent=self.max_concurrent,
+            )
+        # One call per slot, each with its own seed: identical prompts under one
+        # seed would sample identical completions and the group would teach nothing.
+        per_call = max(1, self.max_concurrent // G) if self.max_concurrent > 0 else -1
+        calls = [
+            self.env.a_generate(
+                rows_to_inputs(rows),
+                client=self.client,
+                model=self.model,
+                sampling_args={**self.sampling_args, "seed": rollout_seed(self.seed, index, round_, j)},
+                score_rollouts=True,
+                max_concurrent=per_call,
+            )
+            for j in range(G)
+        ]
+        parts = await asyncio.gather(*calls)
+        return merge_outputs(parts, [(j, p) for p in range(len(rows)) for j in range(G)])
+
+    async def produce(self, index: int, policy_version: int) -> GeneratedBatch:
+        start = time.perf_counter()
+        G, P = self.num_generations, self.num_prompts
+        kept: list[GenerateOutputs] = []  # single-group outputs
+        dropped: list[GenerateOutputs] = []
+        generated_groups = 0
+        for round_ in range(1 + (self.max_filter_rounds if self.keep_groups else 0)):
+            need = P - len(kept)
+            if need <= 0:
+                break
+            rows = [dict(self.dataset[i]) for i in self.stream.take(need)]
+            out = await self._generate_groups(rows, index, round_)
+            if len(out) != need * G:
+                raise GenerationError(f"a_generate returned {len(out)} rollouts for {need * G} inputs")
+            generated_groups += need
+            groups = [merge_outputs([out], [(0, g * G + j) for j in range(G)]) for g in range(need)]
+            mask = self.keep_groups(list(out.reward), G) if self.keep_groups else [True] * need
+            for group, keep in zip(groups, mask, strict=True):
+                (kept if keep else dropped).append(group)
+        # Still short after oversampling: fill with dropped groups so the batch
+        # stays full (they carry zero advantage, which the metrics show).
+        filled = kept + dropped[: P - len(kept)]
+        outputs = merge_outputs(filled, [(g, j) for g in range(len(filled)) for j in range(G)])
+        processed = self.process(outputs) if self.process else None
+        metrics = (
+            {"filtered_groups_share": 1.0 - len(kept) / max(generated_groups, 1)} if self.keep_groups else {}
+        )
+        return GeneratedBatch(
+            index=index,
+            policy_version=policy_version,
+            num_generations=G,
+            outputs=lean_outputs(outputs),
+            processed=processed,
+            generation_s=time.perf_counter() - start,
+            metrics=metrics,
+        )
+
+
+class BatchGenerator:
+    """Runs a ``Producer`` ahead of training in a background thread with its own event loop.
+
+    ``get(i)`` blocks until batch ``i`` is ready; ``mark_trained(n)`` tells the
+    thread that ``n`` batches are trained and synced (the policy version), which
+    lets it start batch ``n + num_batches_ahead``. With ``num_batches_ahead=0``
+    batch ``i`` starts only after batch ``i - 1`` is trained: synchronous.
+    ``run(coro)`` runs any coroutine (e.g. an evaluation) in the same loop, so one
+    async HTTP client serves both. To resume, pass ``start_index`` (batches trained),
+    ``next_index`` (first batch never generated) and the ``pending`` batches from
+    ``state_dict()``.
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        *,
+        num_batches_ahead: int = 1,
+        max_queue_size: int | None = None,
+        timeout: float = 600.0,
+        start_index: int = 0,
+        next_index: int | None = None,
+        pending: Sequence[GeneratedBatch] = (),
+    ):
+        if num_batches_ahead < 0:
+            raise GenerationError(f"num_batches_ahead must be >= 0, got {num_batches_ahead}")
+        self.producer = producer
+        self.ahead = num_batches_ahead
+        self.max_queue_size = max(1, max_queue_size if max_queue_size is not None else num_batches_ahead)
+        self.timeout = timeout
+        self._cond = threading.Condition()
+        self._ready: dict[int, GeneratedBatch] = {b.index: b for b in pending}
+        self._trained = start_index
+        # Resuming: batches below ``next_index`` were generated before (pending, or in training).
+        self._next = max([start_index - 1, *self._ready, (next_index or 0) - 1]) + 1
+        self._in_flight: int | None = None
+        self._error: tuple[int, BaseException] | None = None
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._worker_task: asyncio.Task | None = None
+        self._started = threading.Event()
+
+    # ---- main thread ----
+    def start(self) -> BatchGenerator:
+        self._thread = threading.Thread(target=self._thread_main, name="vf-generator", daemon=True)
+        self._thread.start()
+        if not self._started.wait(30):
+            raise GenerationError("generator thread did not start within 30 s")
+        return self
+
+    def get(self, index: int) -> GeneratedBatch:
+        """Batch ``index``, waiting up to ``timeout`` s; raises ``GenerationError`` on failure."""
+        if index > self._trained + self.ahead:
+            raise GenerationError(
+                f"batch {index} requested but only {self._trained} batches are trained "
+                f"(num_batches_ahead={self.ahead}); call mark_trained first"
+            )
+        deadline = time.monotonic() + self.timeout
+        with self._cond:
+            while index not in self._ready:
+                self._raise_if_failed(index)
+                if index < self._next and self._in_flight != index:
+                    raise GenerationError(f"batch {index} was already consumed or skipped")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise GenerationError(
+                        f"batch {index} not ready after {self.timeout:.0f} s",
+                        hint="raise async_generation_timeout, or check that the vLLM server is generating",
+                    )
+                self._cond.wait(min(remaining, 1.0))
+            batch = self._ready.pop(index)
+        self._notify_thread()  # a queue slot is free
+        if index - batch.policy_version > self.ahead:
+            raise GenerationError(
+                f"batch {index} is {index - batch.policy_version} policy versions old "
+                f"(num_batches_ahead={self.ahead} allows at most {self.ahead})"
+            )
+        return batch
+
+    def mark_trained(self, num_trained: int) -> None:
+        with self._cond:
+            self._trained = max(self._trained, num_trained)
+        self._notify_thread()
+
+    @property
+    def trained(self) -> int:
+        return self._trained
+
+    def run(self, coro: Awaitable[Any], timeout: float | None = None) -> Any:
+        """Run ``coro`` in the generator's event loop and return its result."""
+        if self._loop is None or not self.alive:
+            raise GenerationError("generator is not running")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return future.result(timeout if timeout is not None else self.timeout)
+        except TimeoutError as e:
+            future.cancel()
+            raise GenerationError(f"coroutine did not finish within {timeout or self.timeout:.0f} s") from e
+
+    def state_dict(self) -> dict[str, Any]:
+        """Pending batches and producer state; waits for an in-flight batch so nothing is lost."""
+        deadline = time.monotonic() + self.timeout
+        with self._cond:
+            while self._in_flight is not None and self._error is None and self.alive:
+                if time.monotonic() > deadline:
+                    raise GenerationError(
+                        f"batch {self._in_flight} still generating after {self.timeout:.0f} s"
+                    )
+                self._cond.wait(1.0)
+            # Holding the lock, the thread cannot start another batch: a consistent snapshot.
+            return {
+                "trained": self._trained,
+                "next": self._next,
+                "pending": [self._ready[i] for i in sorted(self._ready)],
+                "producer": self.producer.state_dict(),
+            }
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, join_timeout: float = 30.0) -> None:
+        """Stop the thread, cancelling an in-flight batch; idempotent."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        loop, task = self._loop, self._worker_task
+        if loop is not None and task is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # loop closed between the check and the call
+                pass
+        if self._thread is not None:
+            self._thread.join(join_timeout)
+            if self._thread.is_alive():
+                logger.warning(
+                    "generator thread did not stop within %.0f s; leaving it (daemon)", join_timeout
+                )
+
+    def _raise_if_failed(self, index: int) -> None:
+        if self._error is not None:
+            failed, exc = self._error
+            raise GenerationError(f"generating batch {failed} failed: {type(exc).__name__}: {exc}") from exc
+        if self._thread is not None and not self._thread.is_alive():
+            raise GenerationError(f"generator thread is not running (waiting for batch {index})")
+
+    def _notify_thread(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:
+                pass
+
+    # ---- generator thread ----
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            with self._cond:
+                self._cond.notify_all()
+
+    async def _main(self) -> None:
+        self._wake = asyncio.Event()
+        self._worker_task = asyncio.current_task()
+        self._started.set()
+        try:
+            await self._work()
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+
+    def _may_start(self) -> bool:
+        return self._next <= self._trained + self.ahead and len(self._ready) < self.max_queue_size
+
+    async def _work(self) -> None:
+        assert self._wake is not None
+        while True:
+            # Clear before checking: a wake-up scheduled after our check still wakes us.
+            self._wake.clear()
+            with self._cond:
+                if self._stopping:
+                    return
+                index = self._next if self._may_start() else None
+                if index is not None:
+                    self._in_flight, version = index, self._trained
+            if index is None:
+                await self._wake.wait()
+                continue
+            try:
+                batch = await asyncio.wait_for(self.producer.produce(index, version), self.timeout)
+            except asyncio.CancelledError:
+                with self._cond:
+                    self._in_flight = None
+                    self._cond.notify_all()
+                raise
+            except BaseException as e:  # noqa: BLE001 - surfaced in the main thread by get()
+                if isinstance(e, asyncio.TimeoutError):
+                    e = GenerationError(f"batch {index} took longer than {self.timeout:.0f} s")
+                with self._cond:
+                    self._error, self._in_flight = (index, e), None
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._ready[index] = batch
+                self._next, self._in_flight = index + 1, None
+                self._cond.notify_all()
+            logger.debug("batch %d ready in %.2f s (policy version %d)", index, batch.generation_s, version)
+
+
+def sampling_args_from_config(args: Any) -> dict[str, Any]:
+    """The config's sampling fields, as the server's sampling arguments (None = server default)."""
+    names = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty")
+    names += ("frequency_penalty", "max_tokens")
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def group_filter_from_config(args: Any) -> Callable[[list[float], int], list[bool]] | None:
+    """``keep_groups`` for ``RolloutProducer`` from the config's difficulty-filtering fields."""
+    if not args.difficulty_filtering:
+        return None
+    import torch
+
+    from verifiers.training.advantages import filter_groups
+
+    def keep(rewards: list[float], group_size: int) -> list[bool]:
+        mask, _ = filter_groups(
+            torch.tensor(rewards),
+            group_size,
+            args.filter_zero_std_groups,
+            args.min_group_mean_reward,
+            args.max_group_mean_reward,
+        )
+        return mask.tolist()
+
+    return keep
+
+
+def build_generator(
+    env: Any,
+    client: Any,
+    model: str,
+    dataset: Any,
+    args: Any,
+    process: Callable[[GenerateOutputs], ProcessedOutputs | None],
+    *,
+    trained: int,
+    state: dict[str, Any] | None = None,
+) -> BatchGenerator:
+    """A started ``BatchGenerator`` for a ``GRPOConfig``; ``state`` (from a checkpoint) resumes it.
+
+    Without a saved state the prompt cursor is estimated from the batches trained
+    (exact unless difficulty filtering drew extra prompts).
+    """
+    prompts = args.generation_batch_size // args.num_generations
+    cursor = state["producer"]["cursor"] if state else trained * prompts
+    producer = RolloutProducer(
+        env,
+        client,
+        model,
+        dataset,
+        PromptStream(len(dataset), seed=args.seed, shuffle=args.shuffle_dataset, cursor=cursor),
+        num_prompts=prompts,
+        num_generations=args.num_generations,
+        sampling_args=sampling_args_from_config(args),
+        max_concurrent=args.max_concurrent,
+        process=process,
+        keep_groups=group_filter_from_config(args),
+        max_filter_rounds=args.max_filter_rounds,
+        seed=args.seed,
+    )
+    return BatchGenerator(
+        producer,
+        num_batches_ahead=args.num_batches_ahead,
+        max_queue_size=args.async_max_queue_size,
+        timeout=args.async_generation_timeout,
+        start_index=trained,
+        next_index=state["next"] if state else None,
+        pending=state["pending"] if state else (),
+    ).start()
