@@ -67,28 +67,8 @@ def vllm_server(model_dir: str, port: int, log_path: Path) -> Iterator[float]:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def add_untagged_credit(env: vf.Environment) -> None:
-    """Partial credit for a reversal written without the ``<reversed_text>`` tags.
-
-    SmolLM2-135M never writes the tags unprompted (measured: reward 0.0 for 64 of
-    64 rollouts, so every group has zero advantage and GRPO gets no signal). This
-    adds the LCS similarity of the whole answer to the true reversal (weight 1;
-    measured at the start: mean 0.16, group std 0.01-0.05), so answers differ from
-    the first step, and the tags can be learned on top.
-    """
-    from reverse_text import lcs_ratio
-
-    def lcs_untagged(completion, answer, **_) -> float:
-        text = completion[-1]["content"] if isinstance(completion, list) else completion
-        return lcs_ratio((text or "").strip(), answer)
-
-    env.rubric.add_reward_func(lcs_untagged, weight=1.0)
-
-
 def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     env = vf.load_environment("reverse-text", seed=seed)
-    if args.untagged_credit:
-        add_untagged_credit(env)
     model, tokenizer = vf.get_model_and_tokenizer(args.model)
     config = vf.grpo_defaults(
         run_name=f"learning-seed{seed}",
@@ -172,12 +152,6 @@ def main() -> None:
         "--prompts-per-step", type=int, default=4, help="prompts per optimizer step (x8 completions)"
     )
     p.add_argument("--max-tokens", type=int, default=40)
-    p.add_argument(
-        "--no-untagged-credit",
-        dest="untagged_credit",
-        action="store_false",
-        help="score only the env's own rubric (SmolLM2 then gets reward 0 everywhere)",
-    )
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--out", default="outputs/benchmarks/learning")
@@ -198,7 +172,7 @@ def main() -> None:
                   f"in {r['seconds'] / 60:.1f} min", flush=True)  # fmt: skip
     gain_min = min(r["gain"] for r in results)
     summary = {
-        "task": "reverse-text" + (" + untagged LCS credit (weight 1)" if args.untagged_credit else ""),
+        "task": "reverse-text",
         "model": args.model,
         "settings": vars(args),
         "server_startup_s": startup_s,

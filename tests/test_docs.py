@@ -83,7 +83,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGE_TIMEOUT_S = 120
 MAX_NO_TEST_BLOCKS = 8
-TRAINER_DOCS_READY = False or os.environ.get("VF_DOCS_TRAINER") == "1"
+TRAINER_DOCS_READY = True
 """Flip to True once GRPOTrainer trains against a real vf-vllm: ``python server`` blocks then run
 (``VF_DOCS_TRAINER=1`` runs them before that, to try)."""
 PENDING_COMMANDS: set[str] = set()
