@@ -1,0 +1,96 @@
+"""GRPO on math-python: math problems solved with a sandboxed Python tool (multi-turn), LoRA.
+
+The model calls python(code) as often as it needs (each call runs in a separate,
+limited process without network) and ends with \\boxed{answer}; the reward is 1
+when math-verify finds the answer equal to the reference.
+
+Tool calls need a chat template that shows the model its tools, and a server that
+parses the calls: here the Hermes format (<tool_call>{...}</tool_call>). SmolLM2's
+chat template ignores the tools (the model never sees the schema or the format)
+and renders an earlier tool-call turn as an empty message, so with the default
+model tool calls are rare and the reward stays near 0: the run exercises the
+plumbing, not learning. To learn, use a model whose template renders tools in the
+Hermes format, e.g. --model Qwen/Qwen2.5-1.5B-Instruct on a GPU, and serve it.
+
+1. Install the environment and start the inference server in its own terminal:
+
+    vf-install math-python
+    MODEL=$(vf-models smollm2 | tail -n1)      # SmolLM2 as a local folder, built once
+    vf-vllm --model "$MODEL" --port 8000 --max-model-len 2048 --enable-lora --max-lora-rank 8 \\
+        --enable-auto-tool-choice --tool-call-parser hermes \\
+        --enforce-eager --dtype float32 --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
+
+   The last line is for a CPU (fp32 like the trainer; --gpu-memory-utilization is
+   the share of RAM to reserve; --no-enable-chunked-prefill avoids a crash of vLLM's
+   CPU backend when a seeded request's prompt is split). Leave it out on a GPU.
+   Serve the model you train.
+
+2. Train (the script waits up to 5 minutes for the server):
+
+    python examples/grpo/train_math_python.py --max-steps 20
+
+Server and training in one command (vf-rl, with vf.RLTrainer), sized for
+Qwen2.5-1.5B-Instruct with one GPU serving and one training:
+
+    vf-rl @ configs/vf-rl/math-python.toml
+
+and on a CPU with SmolLM2 and this script's batch sizes:
+
+    vf-rl @ configs/vf-rl/math-python.toml --model smollm2 \\
+        --inference.gpus 0 --inference.args.enforce_eager true --inference.args.dtype float32 \\
+        --inference.args.gpu_memory_utilization 0.25 \\
+        --inference.args.no_enable_chunked_prefill true --trainer.gpus 0 \\
+        --trainer.args.rollouts_per_example 8 --trainer.args.micro_batch_size 8 --trainer.args.batch_size 32
+
+The LoRA adapter, checkpoints and curves.png are written to outputs/math-python/.
+"""
+
+import argparse
+
+import verifiers as vf
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2", help="hub id, local folder or 'smollm2' (default)")
+    p.add_argument("--port", type=int, default=8000, help="port of the vf-vllm server (default 8000)")
+    p.add_argument("--max-steps", type=int, default=20, help="optimizer steps (default 20)")
+    cli = p.parse_args()
+    vf.setup_logging("INFO")
+
+    # At most 4 model turns (tool calls + answer); each python call may run for 10 s.
+    env = vf.load_environment("math-python", num_eval_examples=20, max_turns=4, timeout_s=10.0)
+    model, tokenizer = vf.get_model_and_tokenizer(cli.model)
+    args = vf.grpo_defaults(
+        run_name="math-python",
+        max_steps=cli.max_steps,
+        # One optimizer step = 4 prompts x 8 rollouts (8 per micro-batch x 4 micro-batches).
+        num_generations=8,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=4,
+        max_tokens=256,  # per model turn
+        max_prompt_length=512,
+        max_seq_len=2048,  # the whole rollout: every turn and tool result
+        learning_rate=5e-5,  # a LoRA rate; grpo_defaults' 1e-6 suits full fine-tuning
+        warmup_steps=2,
+        max_grad_norm=1.0,
+        beta=0.0,  # no KL penalty: saves the reference forward pass
+        gradient_checkpointing=False,  # a 135M model fits; turn it on for larger models
+        save_steps=10,
+        report_to="none",  # or "wandb"
+        vllm_server_host="127.0.0.1",
+        vllm_server_port=cli.port,
+    )
+    trainer = vf.GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        env=env,
+        args=args,
+        peft_config=vf.lora_defaults(r=8, alpha=16),
+    )
+    trainer.train()
+    trainer.save_model(args.output_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,446 @@
+"""VLLMClient and the /vf routes against a local double: the real router, a fake engine, no vLLM.
+
+The fake engine records the calls the routes make (pause, collective_rpc, add_lora,
+...) and loads the weights file the client wrote, so the handshake, typed errors,
+auth, retries and readiness waits are tested in well under a second each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+uvicorn = pytest.importorskip("uvicorn")
+
+from fastapi import FastAPI  # noqa: E402
+
+from verifiers.errors import ServerError, ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
+from verifiers.inference.client import VLLMClient  # noqa: E402
+from verifiers.inference.server import Settings, attach, check_admin, is_loopback  # noqa: E402
+from verifiers.inference.worker import validate_params  # noqa: E402
+
+SPEC = {
+    "params": {
+        "embed.weight": [[8, 4], "F32"],
+        "layers.0.attn.q_proj.weight": [[4, 4], "F32"],
+        "layers.0.attn.k_proj.weight": [[4, 4], "F32"],
+        "layers.0.attn.v_proj.weight": [[4, 4], "F32"],
+        "layers.0.mlp.weight": [[4, 4], "F32"],
+        "layers.0.mlp.bias": [[4], "F32"],
+    },
+    "fused": {"qkv_proj": ["q_proj", "k_proj", "v_proj"]},
+    "tied": True,
+}
+
+
+def weights(scale: float = 1.0) -> dict[str, torch.Tensor]:
+    return {n: torch.full(shape, scale) for n, (shape, _) in SPEC["params"].items()}
+
+
+class FakeEngine:
+    """The slice of vLLM's EngineClient the /vf routes use."""
+
+    def __init__(self, lora: bool = True, fail_load: bool = False, errored_for: int = 0):
+        pc = SimpleNamespace(
+            world_size_across_dp=1, tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1
+        )
+        lora_config = SimpleNamespace(max_lora_rank=8) if lora else None
+        self.vllm_config = SimpleNamespace(
+            parallel_config=pc, lora_config=lora_config, weight_transfer_config=None
+        )
+        self.fail_load, self.errored_for = fail_load, errored_for
+        self.calls: list[str] = []
+        self.paused = False
+        self.loaded: dict[str, torch.Tensor] = {}
+        self.loras: list = []
+        self.dead_error = RuntimeError("engine died")
+
+    @property
+    def errored(self) -> bool:
+        self.errored_for -= 1
+        return self.errored_for >= 0
+
+    async def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        self.calls.append(method)
+        if method == "vf_weight_spec":
+            return [SPEC]
+        if method == "vf_load_safetensors":
+            if self.fail_load:
+                raise RuntimeError("worker exploded")
+            from safetensors.torch import load_file
+
+            self.loaded = load_file(args[0])
+            return [{"loaded": len(self.loaded), "seconds": 0.0, "cpu_seconds": 0.0}]
+        raise AssertionError(method)
+
+    async def pause_generation(self, mode="keep", clear_cache=False):
+        self.calls.append(f"pause:{mode}")
+        self.paused = True
+
+    async def resume_generation(self):
+        self.calls.append("resume")
+        self.paused = False
+
+    async def is_paused(self):
+        return self.paused
+
+    async def reset_prefix_cache(self, reset_running=False, reset_external=False):
+        self.calls.append("reset_prefix_cache")
+        return True
+
+    async def update_weight_version(self, version):
+        pass
+
+    async def add_lora(self, request):
+        self.calls.append("add_lora")
+        self.loras.append(request)
+        return True
+
+
+class FakeModels:
+    """vLLM's OpenAIServingModels, as far as the LoRA route touches it."""
+
+    def __init__(self):
+        self.base_model_paths = [SimpleNamespace(name="base")]
+        self.lora_requests: dict = {}
+        self.lora_resolver_lock = collections.defaultdict(asyncio.Lock)
+        self.lora_id_counter = SimpleNamespace(n=0, inc=self._inc)
+
+    def _inc(self, k=1):
+        self.lora_id_counter.n += k
+        return self.lora_id_counter.n
+
+    def is_base_model(self, name):
+        return name == "base"
+
+
+class Double:
+    """The real /vf router served by uvicorn on a thread, over a FakeEngine."""
+
+    def __init__(self, engine: FakeEngine, settings: Settings):
+        self.engine = engine
+        app = FastAPI()
+        app.state.openai_serving_models = FakeModels()
+        self.state = attach(app, engine, settings)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Double:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
+def double(**engine_kw) -> Double:
+    return Double(FakeEngine(**engine_kw), Settings())
+
+
+def test_update_weights_handshake_over_shm_and_http():
+    with double() as d:
+        client = VLLMClient(d.url)
+        assert client.update_weights(weights(1.0)) == 1
+        assert d.engine.calls == [
+            "vf_weight_spec",
+            "pause:keep",
+            "vf_load_safetensors",
+            "reset_prefix_cache",
+            "resume",
+        ]
+        assert torch.equal(d.engine.loaded["layers.0.mlp.bias"], torch.ones(4))
+        assert client.update_weights(weights(2.0), transport_name="http") == 2
+        assert torch.equal(d.engine.loaded["embed.weight"], torch.full((8, 4), 2.0))
+        health = client.health()
+        assert health["weight_version"] == 2 and not health["paused"] and not health["update_in_progress"]
+        staged = list(Path("/dev/shm").glob(f"vf-weights-{os.getpid()}-*"))
+        assert len(staged) <= 1  # one staging file, reused across updates...
+        client.close()
+        assert not any(p.exists() for p in staged)  # ...removed with the client
+
+
+def test_tied_duplicate_is_sent_once():
+    w = weights()
+    w["lm_head.weight"] = w["embed.weight"]  # the same storage, as in a tied model
+    with double() as d:
+        VLLMClient(d.url).update_weights(w)
+        assert "lm_head.weight" not in d.engine.loaded and "embed.weight" in d.engine.loaded
+
+
+def test_validation_errors_are_typed_and_leave_generation_running():
+    with double() as d:
+        client = VLLMClient(d.url)
+        with pytest.raises(WeightSyncError) as info:
+            client.update_weights({**weights(), "nope.weight": torch.zeros(2)})
+        err = info.value
+        assert (err.stage, err.status) == ("validate", 400)
+        assert "unknown parameter 'nope.weight'" in str(err) and err.url.endswith("/vf/weights/begin")
+        assert "nope.weight" in err.body
+        assert "vf_load_safetensors" not in d.engine.calls and not d.engine.paused
+
+
+def test_validate_params_rules():
+    meta = [{"name": n, "shape": s, "dtype": "float32"} for n, (s, _) in SPEC["params"].items()]
+    assert validate_params(SPEC, meta) == []
+    wrong = [{**meta[0], "shape": [2, 2]}]
+    assert "expects [8, 4]" in validate_params(SPEC, wrong)[0]
+    q_only = [m for m in meta if "q_proj" in m["name"]]
+    assert "k_proj" in validate_params(SPEC, q_only)[0]
+    weight_only = [m for m in meta if m["name"] == "layers.0.mlp.weight"]
+    assert "layers.0.mlp.bias" in validate_params(SPEC, weight_only)[0]
+    assert validate_params(SPEC, [m for m in meta if m["name"] == "embed.weight"]) == []
+    assert "dtype int64" in validate_params(SPEC, [{**meta[0], "dtype": "int64"}])[0]
+
+
+def test_load_failure_is_typed_and_generation_resumes():
+    with double(fail_load=True) as d:
+        client = VLLMClient(d.url)
+        with pytest.raises(WeightSyncError) as info:
+            client.update_weights(weights())
+        assert (
+            info.value.stage == "load" and info.value.status == 500 and "worker exploded" in str(info.value)
+        )
+        health = client.health()
+        assert (
+            not health["paused"]
+            and not health["update_in_progress"]
+            and "worker exploded" in health["last_error"]
+        )
+
+
+def test_admin_routes_need_a_token_off_loopback():
+    assert is_loopback("127.0.0.2") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback(None) and not is_loopback("10.1.2.3")
+    check_admin(Settings(loopback=True), None)  # loopback, no token: open
+    with Double(FakeEngine(), Settings(loopback=False)) as d:
+        client = VLLMClient(d.url)
+        assert client.health()["admin_token_required"]  # readiness stays open
+        with pytest.raises(ServerError) as info:
+            client.reset_prefix_cache()
+        assert info.value.status == 403 and "--admin-token" in str(info.value)
+        with pytest.raises(WeightSyncError) as info:
+            client.update_weights(weights())
+        assert info.value.stage == "auth" and info.value.status == 403
+    with Double(FakeEngine(), Settings(loopback=False, admin_token="s3cret")) as d:
+        for token in (None, "wrong"):
+            with pytest.raises(ServerError) as info:
+                VLLMClient(d.url, admin_token=token).pause()
+            assert info.value.status == 401 and "admin_token" in str(info.value)
+        ok = VLLMClient(d.url, admin_token="s3cret")
+        ok.pause()
+        assert ok.health()["paused"]
+        ok.resume()
+        assert ok.update_weights(weights()) == 1
+
+
+def test_wait_until_ready_errors_name_the_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = VLLMClient(f"http://127.0.0.1:{port}/v1", max_retries=1)
+    t0 = time.monotonic()
+    with pytest.raises(ServerUnreachableError) as info:
+        client.wait_until_ready(timeout=1.0, poll=0.1)
+    assert time.monotonic() - t0 < 3 and f"127.0.0.1:{port}" in str(info.value)
+    with pytest.raises(ServerUnreachableError):
+        client.reset_prefix_cache()
+    with double(errored_for=10**6) as d:  # answers 503 forever
+        with pytest.raises(ServerTimeoutError) as info:
+            VLLMClient(d.url).wait_until_ready(timeout=1.0, poll=0.1)
+        assert d.url in str(info.value) and "503" in str(info.value)
+
+
+def test_safe_calls_retry_through_503():
+    with double(errored_for=2) as d:  # two 503s, then ready
+        assert VLLMClient(d.url, max_retries=3).health()["status"] == "ready"
+
+
+def test_lora_swap_and_lora_disabled():
+    pytest.importorskip("vllm")  # the route builds vLLM's LoRARequest
+    cfg = {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj"], "peft_type": "LORA"}
+    adapter = {"base_model.model.layers.0.attn.q_proj.lora_A.weight": torch.ones(2, 4)}
+    with double(lora=False) as d:
+        with pytest.raises(WeightSyncError) as info:
+            VLLMClient(d.url).update_lora(adapter, config=cfg)
+        assert info.value.stage == "lora" and "--enable-lora" in str(info.value)
+    with double() as d:
+        client = VLLMClient(d.url)
+        assert client.update_lora(adapter, name="policy", config=cfg) == "policy"
+        first = d.engine.loras[-1].lora_path
+        client.update_lora(adapter, name="policy", config=cfg, transport_name="http")
+        swap = d.engine.loras[-1]
+        assert swap.load_inplace and swap.lora_int_id == d.engine.loras[0].lora_int_id
+        assert client.health()["lora"]["adapters"] == {"policy": 2}
+        assert not Path(first).exists()  # the replaced folder is gone, the served one stays
+        assert Path(swap.lora_path, "adapter_config.json").is_file()
+        assert not d.engine.paused
+        from verifiers.inference.server import cleanup
+
+        cleanup(d.state)
+        assert not Path(swap.lora_path).exists()
+
+
+def test_openai_surface():
+    client = VLLMClient("http://127.0.0.1:9/v1", api_key="k")
+    assert client.base_url == "http://127.0.0.1:9/v1" and client.server_url == "http://127.0.0.1:9"
+    assert client.chat.completions.create and client.completions.create
+    assert str(client.openai.base_url).rstrip("/") == client.base_url
+    assert client.with_options  # anything else comes from the AsyncOpenAI client
+
+
+def test_staging_file_is_reused_and_readable(tmp_path):
+    from safetensors.torch import load_file
+
+    from verifiers.inference.transport import StagingFile
+
+    staging = StagingFile()
+    mixed = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.randn(2, 2)}
+    path = staging.write(mixed)
+    assert {k: v.dtype for k, v in load_file(str(path)).items()} == {k: v.dtype for k, v in mixed.items()}
+    again = {k: v * 2 for k, v in mixed.items()}
+    assert staging.write(again) == path  # same layout: same file, overwritten in place
+    assert all(torch.equal(v, again[k]) for k, v in load_file(str(path)).items())
+    other = staging.write({"a": torch.zeros(4)})  # new layout: new file, old one gone
+    assert other != path and not path.exists() and torch.equal(load_file(str(other))["a"], torch.zeros(4))
+    staging.close()
+    assert not other.exists()
+
+
+def test_lora_tensors_match_peft(tiny_model_dir):
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from verifiers.inference.transport import lora_payload
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    pm = peft.get_peft_model(model, cfg)
+    tensors, config = lora_payload(pm)
+    expected = peft.get_peft_model_state_dict(pm)
+    assert tensors.keys() == expected.keys() and all(torch.equal(tensors[k], expected[k]) for k in expected)
+    assert config["r"] == 4 and sorted(config["target_modules"]) == ["q_proj", "v_proj"]
+
+
+def test_load_refuses_a_file_that_differs_from_begin():
+    from verifiers.inference import transport
+
+    with double() as d:
+        client = VLLMClient(d.url)
+        meta = transport.tensor_meta(weights())
+        client._request(
+            "POST", "/vf/weights/begin", json={"update_id": "u1", "transport": "shm", "params": meta}
+        )
+        path = transport.transfer_dir() / transport.new_name("weights", ".safetensors")
+        transport.write_safetensors({"embed.weight": torch.zeros(8, 4)}, path)  # not what begin announced
+        try:
+            with pytest.raises(WeightSyncError) as info:
+                client._request(
+                    "POST", "/vf/weights/load", stage="load", json={"update_id": "u1", "path": str(path)}
+                )
+        finally:
+            path.unlink()
+        assert info.value.status == 400 and "does not match" in str(info.value)
+        assert "vf_load_safetensors" not in d.engine.calls
+        assert client._request("POST", "/vf/weights/abort", json={"update_id": "u1"})["aborted"]
+        assert not client.health()["paused"]
+
+
+def test_nccl_control_flow_with_a_fake_broadcast(monkeypatch):
+    """The GPU path's HTTP side: no GPU here, so vLLM's NCCL engine is replaced by a stand-in."""
+    pytest.importorskip("vllm")
+    from verifiers.inference import transport
+
+    class FakeSender:  # what NCCLTrainerWeightTransferEngine does, minus the broadcast
+        def __init__(self, control, *, master_address, master_port, world_size):
+            assert world_size == 2 and master_address
+            control.init_weight_transfer_engine(
+                {"master_address": master_address, "master_port": master_port}
+            )
+            self.control = control
+
+        def send(self, tensors):
+            self.control.start_weight_update()
+            info = {
+                "names": list(tensors),
+                "dtype_names": [str(t.dtype).split(".")[-1] for t in tensors.values()],
+                "shapes": [list(t.shape) for t in tensors.values()],
+            }
+            self.control.update_weights(info)
+            self.control.finish_weight_update()
+
+        def close(self):
+            pass
+
+    class NcclEngine(FakeEngine):
+        async def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            if method in ("start_weight_update", "finish_weight_update", "vf_repack_tied"):
+                self.calls.append(method)
+                return [None]
+            return await super().collective_rpc(method, timeout, args, kwargs)
+
+        async def init_weight_transfer_engine(self, request):
+            self.calls.append("init_weight_transfer_engine")
+
+        async def update_weights(self, request):
+            self.calls.append("update_weights")
+            self.update_info = request.update_info
+
+    monkeypatch.setattr(transport, "NcclWeightSender", FakeSender)
+    engine = NcclEngine()
+    engine.vllm_config.weight_transfer_config = SimpleNamespace(backend="nccl")
+    with Double(engine, Settings()) as d:
+        d.state.device = "cuda"
+        client = VLLMClient(d.url)
+        assert client.update_weights(weights(), transport_name="nccl") == 1
+        assert engine.calls == [
+            "init_weight_transfer_engine", "vf_weight_spec", "pause:keep", "start_weight_update",
+            "update_weights", "finish_weight_update", "vf_repack_tied", "reset_prefix_cache", "resume",
+        ]  # fmt: skip
+        assert sorted(engine.update_info["names"]) == sorted(SPEC["params"])
+        assert client.health()["weight_version"] == 1 and not engine.paused
+
+
+def test_malformed_begin_requests_are_400s():
+    import requests
+
+    meta = [{"name": "embed.weight", "shape": [8, 4], "dtype": "float32"}]
+    cases = [
+        ({"params": [5]}, "validate", "params[0] is 5"),
+        ({"timeout_s": "soon"}, "request", "timeout_s is 'soon'"),
+        ({"version": -1}, "request", "version is -1"),
+        ({"transport": "pigeon"}, "request", "transport in"),
+        ({"params": [{**meta[0], "name": "embed.weigth"}]}, "validate", "did you mean 'embed.weight'"),
+    ]
+    with double() as d:
+        for change, stage, needle in cases:
+            body = {"update_id": "x", "transport": "shm", "params": meta, **change}
+            r = requests.post(d.url + "/vf/weights/begin", json=body, timeout=10)
+            error = r.json()["error"]
+            assert r.status_code == 400 and error["stage"] == stage and needle in error["message"], (
+                change,
+                error,
+            )
+        assert not d.engine.paused and d.state.update is None

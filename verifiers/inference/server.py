@@ -1,0 +1,586 @@
+"""The trainer routes vf-vllm adds to vLLM's OpenAI server (``/vf/...``).
+
+``vf-vllm`` (verifiers/cli/vllm.py) builds vLLM's app exactly as ``vllm serve``
+does and calls :func:`attach` before serving, so every vLLM route and flag works
+unchanged and generation routes keep vLLM's ``--api-key`` check.
+
+Routes (JSON; errors are ``{"error": {"message", "type", "stage"}}`` with a 4xx/5xx)
+----------------------------------------------------------------------------------
+Open (readiness waits need them; they reveal nothing secret):
+
+* ``GET /vf/health`` -> ``{"status": "ready", "model", "weight_version", "device",
+  "world_size", "lora": {"enabled", "max_rank", "adapters"}, "transports",
+  "update_in_progress", "paused", "admin_token_required", "last_error"}``; 503 once
+  the engine died.
+* ``GET /vf/world_size`` -> ``{"world_size", "tensor_parallel", "pipeline_parallel",
+  "data_parallel"}`` (vLLM workers; an NCCL group adds the trainer as rank 0).
+
+Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
+
+* ``POST /vf/weights/begin`` ``{"update_id", "version", "transport": "shm"|"http"|"nccl",
+  "params": [{"name", "shape", "dtype"}], "timeout_s"?, "pause_mode"?: "keep"|"wait"|"abort"}``
+  -> ``{"update_id", "version", "stage": "ready"}``. Validates names and shapes
+  against the served checkpoint (400 listing the problems; serving goes on),
+  pauses generation and arms a deadline: an update not committed within
+  ``timeout_s`` is dropped and generation resumes.
+* ``POST /vf/weights/load`` ``{"update_id", "path"}`` (shm) and
+  ``PUT /vf/weights/upload/{update_id}`` (http, raw safetensors body)
+  -> ``{"loaded", "seconds", "cpu_seconds"}`` (worker time)
+* ``POST /vf/weights/nccl`` ``{"update_id", "update_info"?}`` (GPU) -> ``{"loaded"}``, once
+  the workers received the broadcast the trainer runs at the same time.
+* ``POST /vf/weights/commit`` ``{"update_id", "version"}`` -> ``{"version", "prefix_cache_reset"}``:
+  resets the prefix cache (its blocks hold keys/values of the old weights; running
+  requests are recomputed), records the version, resumes generation.
+* ``POST /vf/weights/abort`` ``{"update_id"}`` -> ``{"aborted"}``
+* ``POST /vf/nccl/init`` ``{"init_info", "timeout_s"?}`` -> ``{"ok": true}`` (vLLM's NCCL engine joins the trainer)
+* ``POST /vf/lora/load`` ``{"name", "path", "version"?}`` and ``PUT /vf/lora/upload/{name}?version=N``
+  (body from ``transport.lora_blob``) -> ``{"name", "version", "seconds", "load_seconds"}``: hot-swaps
+  the adapter served as model ``name`` (400 with ``code: lora_disabled`` when the
+  server runs without ``--enable-lora``).
+* ``POST /vf/reset_prefix_cache`` -> ``{"success"}``; ``POST /vf/pause?mode=keep``
+  -> ``{"paused": true}``; ``POST /vf/resume`` -> ``{"paused"}``
+* ``POST /vf/transport/probe`` ``{"path", "nonce"}`` -> ``{"visible"}``: whether this
+  server reads the client's ``/dev/shm`` (then weights travel as a file there).
+
+Security: bound to loopback (vf-vllm's default) admin routes are open unless a
+token is set. Bound anywhere else they need the token (``--admin-token`` or
+``VF_ADMIN_TOKEN``) and, with none configured, refuse every call (403).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+import shutil
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from verifiers.inference import transport
+from verifiers.inference.worker import read_safetensors_headers, validate_params
+
+logger = logging.getLogger("verifiers.inference.server")
+
+ADMIN_HEADER = "X-VF-Admin-Token"
+PAUSE_MODES = ("keep", "wait", "abort")
+LORA_OFF = "LoRA is not enabled on this server; start vf-vllm with --enable-lora --max-lora-rank R"
+
+
+class RouteError(Exception):
+    """Answered as JSON: HTTP ``status``, the ``stage`` that failed, a one-line message."""
+
+    def __init__(self, status: int, stage: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.status, self.stage, self.message, self.extra = status, stage, message, extra
+
+    def response(self) -> JSONResponse:
+        error = {"message": self.message, "type": "WeightSyncError", "stage": self.stage, **self.extra}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+def is_loopback(host: str | None) -> bool:
+    """127.0.0.0/8, ::1 and ``localhost``; no host (vLLM's default) means every interface."""
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Settings:
+    """What vf-vllm adds to vLLM's flags."""
+
+    admin_token: str | None = None
+    loopback: bool = True  # bound to loopback or a unix socket: no token needed
+    update_timeout_s: float = 300.0
+
+
+def check_admin(settings: Settings, presented: str | None) -> None:
+    """Raise 401/403 unless a request may use the admin routes (constant-time compare)."""
+    if settings.admin_token:
+        if not presented or not hmac.compare_digest(presented.encode(), settings.admin_token.encode()):
+            raise RouteError(
+                401, "auth", f"missing or wrong {ADMIN_HEADER} header; send the server's admin token"
+            )
+    elif not settings.loopback:
+        raise RouteError(
+            403,
+            "auth",
+            "admin routes are off: the server is bound off loopback without an admin token; "
+            "restart it with --admin-token TOKEN or VF_ADMIN_TOKEN",
+        )
+
+
+@dataclass
+class Update:
+    """One weight update, from begin to commit, abort or deadline."""
+
+    update_id: str
+    version: int
+    transport: str
+    params: list[dict[str, Any]]
+    deadline: float
+    paused: bool = False
+    loaded: bool = False
+    nccl_started: bool = False
+    expiry: asyncio.Task | None = None
+
+
+@dataclass
+class State:
+    """Trainer-route state, kept on ``app.state.vf``."""
+
+    settings: Settings
+    engine: Any
+    device: str = "cpu"  # vLLM's platform device type ("cpu", "cuda", ...)
+    version: int = 0
+    spec: dict[str, Any] | None = None
+    update: Update | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one begin or adapter swap at a time
+    manual_pause: bool = False
+    lora_versions: dict[str, int] = field(default_factory=dict)
+    lora_paths: dict[str, str] = field(default_factory=dict)
+    last_error: str | None = None
+
+    async def call(
+        self, awaitable: Awaitable[Any], stage: str, timeout: float, what: str, status: int = 500
+    ) -> Any:
+        """Await an engine call within ``timeout``; any failure becomes a RouteError naming ``stage``."""
+        try:
+            return await asyncio.wait_for(awaitable, timeout)
+        except (asyncio.TimeoutError, TimeoutError) as e:
+            raise RouteError(504, stage, f"{what} took longer than {timeout:.0f}s; raise timeout_s") from e
+        except RouteError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any engine failure becomes a typed error
+            raise RouteError(status, stage, f"{what} failed: {type(e).__name__}: {e}") from e
+
+    async def rpc(self, method: str, stage: str, timeout: float, *args: Any) -> Any:
+        """First worker's result of ``collective_rpc`` (every worker runs it)."""
+        rpc = self.engine.collective_rpc(method, timeout=timeout, args=args)
+        return (await self.call(rpc, stage, timeout + 5, method))[0]
+
+    async def pause(self, mode: str, timeout: float) -> None:
+        await self.call(
+            self.engine.pause_generation(mode=mode, clear_cache=False), "pause", timeout, "pausing"
+        )
+
+    async def resume(self) -> None:
+        if not self.manual_pause:  # a client's own pause() holds until its resume()
+            await self.engine.resume_generation()
+
+    async def reset_prefix_cache(self) -> bool:
+        # reset_running_requests: preempted requests recompute their keys/values.
+        return bool(await self.engine.reset_prefix_cache(True, False))
+
+    def current(self, update_id: str) -> Update:
+        u = self.update
+        if u is None or u.update_id != update_id:
+            raise RouteError(
+                410, "handshake", f"no update {update_id!r} in progress (expired or aborted); begin again"
+            )
+        if time.monotonic() > u.deadline:
+            raise RouteError(
+                504, "timeout", f"update {update_id} passed its deadline; begin again with a larger timeout_s"
+            )
+        return u
+
+    def left(self, u: Update) -> float:
+        return max(0.1, u.deadline - time.monotonic())
+
+    async def finish(self, u: Update, reason: str) -> None:
+        """End ``u``: resume generation, disarm its deadline."""
+        if self.update is u:
+            self.update = None
+        if u.expiry is not None and u.expiry is not asyncio.current_task():
+            u.expiry.cancel()
+        if u.paused:
+            await self.resume()
+        logger.info("weight update %s (v%d) %s", u.update_id, u.version, reason)
+
+    async def expire(self, u: Update) -> None:
+        await asyncio.sleep(max(0.0, u.deadline - time.monotonic()))
+        if self.update is u:
+            self.last_error = f"update {u.update_id} was not committed within its timeout; dropped"
+            logger.warning("%s, generation resumed", self.last_error)
+            await self.finish(u, "expired")
+
+
+def _state(request: Request) -> State:
+    return request.app.state.vf
+
+
+async def _admin(request: Request) -> None:
+    check_admin(_state(request).settings, request.headers.get(ADMIN_HEADER))
+
+
+def _number(body: dict[str, Any], key: str, default: float) -> float:
+    """``body[key]`` as a number > 0 (``default`` when absent); anything else is a 400."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise RouteError(
+            400, "request", f"{key} is {value!r}; it must be a number > 0 (timeout_s in seconds)"
+        )
+    return float(value)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RouteError(400, "request", f"body is not JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise RouteError(400, "request", "body must be a JSON object")
+    return body
+
+
+class _Route(APIRoute):
+    """Answers a RouteError (from a route or its auth dependency) as JSON.
+
+    A route class, not an app exception handler: vLLM may have built its middleware
+    stack, which copies the handlers, before these routes are added.
+    """
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def handle(request: Request):
+            try:
+                return await handler(request)
+            except RouteError as e:
+                return e.response()
+
+        return handle
+
+
+def build_router() -> APIRouter:
+    router = APIRouter(prefix="/vf", route_class=_Route)
+    admin = [Depends(_admin)]
+
+    @router.get("/health")
+    async def health(request: Request):
+        st = _state(request)
+        if st.engine.errored:
+            return JSONResponse(
+                {"status": "engine_dead", "error": str(st.engine.dead_error)}, status_code=503
+            )
+        cfg, models = st.engine.vllm_config, request.app.state.openai_serving_models
+        return {
+            "status": "ready",
+            "model": models.base_model_paths[0].name,
+            "weight_version": st.version,
+            "device": st.device,
+            "world_size": cfg.parallel_config.world_size_across_dp,
+            "lora": {
+                "enabled": cfg.lora_config is not None,
+                "max_rank": cfg.lora_config.max_lora_rank if cfg.lora_config else None,
+                "adapters": {n: st.lora_versions.get(n) for n in models.lora_requests},
+            },
+            "transports": (["nccl"] if cfg.weight_transfer_config is not None else []) + ["shm", "http"],
+            "update_in_progress": st.update is not None,
+            "paused": bool(await st.engine.is_paused()),
+            "admin_token_required": bool(st.settings.admin_token) or not st.settings.loopback,
+            "last_error": st.last_error,
+        }
+
+    @router.get("/world_size")
+    async def world_size(request: Request):
+        pc = _state(request).engine.vllm_config.parallel_config
+        return {
+            "world_size": pc.world_size_across_dp,
+            "tensor_parallel": pc.tensor_parallel_size,
+            "pipeline_parallel": pc.pipeline_parallel_size,
+            "data_parallel": pc.data_parallel_size,
+        }
+
+    @router.post("/weights/begin", dependencies=admin)
+    async def begin(request: Request):
+        st, body = _state(request), await _body(request)
+        update_id, kind = str(body.get("update_id") or ""), body.get("transport", "shm")
+        pause_mode, params = body.get("pause_mode", "keep"), body.get("params")
+        timeout = _number(body, "timeout_s", st.settings.update_timeout_s)
+        version = body.get("version", st.version + 1)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise RouteError(400, "request", f"version is {version!r}; it must be an integer >= 0")
+        if not update_id or kind not in transport.TRANSPORTS or pause_mode not in PAUSE_MODES:
+            raise RouteError(
+                400,
+                "request",
+                f"need update_id, transport in {transport.TRANSPORTS}, pause_mode in {PAUSE_MODES}",
+            )
+        if not isinstance(params, list) or not params:
+            raise RouteError(400, "validate", "params must list at least one {name, shape, dtype}")
+        if kind == "nccl" and st.engine.vllm_config.weight_transfer_config is None:
+            raise RouteError(
+                400,
+                "validate",
+                "this server has no NCCL weight transfer (CPU); use transport 'shm' or 'http'",
+            )
+        async with st.lock:
+            if st.update is not None:
+                if st.update.update_id == update_id:  # a retried begin gets the same answer
+                    return {"update_id": update_id, "version": st.update.version, "stage": "ready"}
+                raise RouteError(
+                    409,
+                    "handshake",
+                    f"update {st.update.update_id!r} is in progress; commit or abort it first",
+                )
+            if st.spec is None:
+                st.spec = await st.rpc("vf_weight_spec", "validate", 120.0)
+            problems = validate_params(st.spec, params)
+            if problems:
+                raise RouteError(400, "validate", "; ".join(problems[:10]), problems=problems)
+            u = st.update = Update(update_id, version, kind, params, time.monotonic() + timeout)
+            try:
+                await st.pause(pause_mode, timeout)
+                u.paused = True
+                if kind == "nccl":
+                    await st.rpc("start_weight_update", "prepare", st.left(u))
+                    u.nccl_started = True
+            except BaseException:
+                await st.finish(u, "failed to prepare")
+                raise
+            u.expiry = asyncio.create_task(st.expire(u))
+        return {"update_id": update_id, "version": u.version, "stage": "ready"}
+
+    async def load_file(st: State, u: Update, path: Path) -> dict[str, Any]:
+        if u.loaded:
+            raise RouteError(409, "load", f"update {u.update_id} already has its weights; commit it")
+        # The file must hold exactly what begin validated (its header is all we read here).
+        try:
+            header = read_safetensors_headers([str(path)])
+        except (OSError, ValueError) as e:
+            raise RouteError(400, "load", f"{path} is not a safetensors file: {e}") from e
+        sent = {(n, tuple(shape)) for n, (shape, _) in header.items()}
+        if sent != {(p["name"], tuple(p["shape"])) for p in u.params}:
+            raise RouteError(400, "load", "the weights file does not match the params announced at begin")
+        try:
+            result = await st.rpc("vf_load_safetensors", "load", st.left(u), str(path))
+        except RouteError as e:
+            st.last_error = e.message  # the model may be half-loaded now: a full update repairs it
+            raise
+        if st.update is not u:  # the deadline passed while the worker was loading
+            await st.reset_prefix_cache()
+            st.last_error = f"update {u.update_id} loaded after its deadline: new weights, old version"
+            raise RouteError(504, "timeout", st.last_error + "; send the update again with a larger timeout")
+        u.loaded = True
+        return {k: result[k] for k in ("loaded", "seconds", "cpu_seconds")}
+
+    @router.post("/weights/load", dependencies=admin)
+    async def load(request: Request):
+        st, body = _state(request), await _body(request)
+        u, path = st.current(str(body.get("update_id"))), str(body.get("path", ""))
+        if not transport.is_transfer_name(path, "weights") or not Path(path).is_file():
+            raise RouteError(
+                400,
+                "transfer",
+                f"{path!r} is not a vf weights file on the server's machine; use transport 'http'",
+            )
+        return await load_file(st, u, Path(path))
+
+    @router.put("/weights/upload/{update_id}", dependencies=admin)
+    async def upload(update_id: str, request: Request):
+        st = _state(request)
+        u = st.current(update_id)
+        size = int(request.headers.get("content-length") or 0)
+        path = transport.transfer_dir(size) / transport.new_name("upload", ".safetensors")
+        try:
+            with open(path, "wb") as fh:
+                async for chunk in request.stream():
+                    fh.write(chunk)
+            return await load_file(st, u, path)
+        finally:
+            path.unlink(missing_ok=True)
+
+    @router.post("/weights/nccl", dependencies=admin)
+    async def nccl(request: Request):
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        st, body = _state(request), await _body(request)
+        u = st.current(str(body.get("update_id")))
+        if u.transport != "nccl":
+            raise RouteError(400, "transfer", f"update {u.update_id} began with transport {u.transport!r}")
+        info = body.get("update_info") or {
+            "names": [p["name"] for p in u.params],
+            "dtype_names": [p["dtype"] for p in u.params],
+            "shapes": [p["shape"] for p in u.params],
+        }
+        receive = st.engine.update_weights(WeightTransferUpdateRequest(update_info=info))
+        await st.call(receive, "transfer", st.left(u), "NCCL receive (a timeout leaves the group unusable)")
+        u.loaded = True
+        return {"loaded": len(info["names"])}
+
+    @router.post("/weights/commit", dependencies=admin)
+    async def commit(request: Request):
+        st, body = _state(request), await _body(request)
+        if st.update is None and body.get("version") is not None and body.get("version") == st.version:
+            return {"version": st.version, "prefix_cache_reset": True}  # a retried commit
+        u = st.current(str(body.get("update_id")))
+        if not u.loaded:
+            raise RouteError(
+                409, "commit", f"update {u.update_id} has no weights yet; send them, then commit"
+            )
+        try:
+            if u.nccl_started:
+                await st.rpc("finish_weight_update", "commit", st.left(u))
+                await st.rpc("vf_repack_tied", "commit", st.left(u))
+            reset = await st.reset_prefix_cache()
+            st.version, st.last_error = u.version, None
+            try:  # vLLM's own /weight_info shows it too
+                await st.engine.update_weight_version(str(u.version))
+            except Exception:  # noqa: BLE001 - informational only
+                pass
+        finally:
+            await st.finish(u, "committed")
+        return {"version": st.version, "prefix_cache_reset": reset}
+
+    @router.post("/weights/abort", dependencies=admin)
+    async def abort(request: Request):
+        st, body = _state(request), await _body(request)
+        u = st.update
+        if u is None or u.update_id != str(body.get("update_id")):
+            return {"aborted": False}
+        await st.finish(u, "aborted by the client")
+        return {"aborted": True}
+
+    @router.post("/nccl/init", dependencies=admin)
+    async def nccl_init(request: Request):
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        st, body = _state(request), await _body(request)
+        if st.engine.vllm_config.weight_transfer_config is None:
+            raise RouteError(
+                400, "init", "this server has no NCCL weight transfer (CPU); use transport 'shm' or 'http'"
+            )
+        timeout = _number(body, "timeout_s", st.settings.update_timeout_s)
+        join = st.engine.init_weight_transfer_engine(
+            WeightTransferInitRequest(init_info=body.get("init_info") or {})
+        )
+        await st.call(join, "init", timeout, "NCCL rendezvous (check master_address/port)")
+        return {"ok": True}
+
+    async def swap_lora(request: Request, name: str, path: str, version: int | None) -> dict[str, Any]:
+        from vllm.lora.request import LoRARequest
+
+        st, models = _state(request), request.app.state.openai_serving_models
+        if st.engine.vllm_config.lora_config is None:
+            raise RouteError(400, "lora", LORA_OFF, code="lora_disabled")
+        if not name or models.is_base_model(name):
+            raise RouteError(400, "lora", f"adapter name {name!r} is empty or the base model's; pick another")
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise RouteError(
+                400, "lora", f"{path} is not an adapter folder on the server's machine; use transport 'http'"
+            )
+        t0, timeout = time.perf_counter(), st.settings.update_timeout_s
+        async with st.lock:
+            if st.update is not None:
+                raise RouteError(
+                    409, "lora", f"weight update {st.update.update_id!r} is in progress; retry after it"
+                )
+            await st.pause("keep", timeout)
+            try:
+                async with models.lora_resolver_lock[name]:
+                    old = models.lora_requests.get(name)
+                    lora_id = old.lora_int_id if old else models.lora_id_counter.inc(1)
+                    # load_inplace makes the worker replace its cached copy of this adapter id...
+                    swap = LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=path, load_inplace=True)
+                    t1 = time.perf_counter()
+                    await st.call(
+                        st.engine.add_lora(swap), "lora", timeout, "loading the adapter", status=400
+                    )
+                    load_s = time.perf_counter() - t1
+                    # ...but requests must not carry it, or every batch reloads the adapter from disk.
+                    models.lora_requests[name] = LoRARequest(
+                        lora_name=name, lora_int_id=lora_id, lora_path=path
+                    )
+                await st.reset_prefix_cache()  # blocks cached under this adapter id hold old keys/values
+            finally:
+                await st.resume()
+        previous, st.lora_paths[name] = st.lora_paths.get(name), path
+        st.lora_versions[name] = int(version) if version is not None else st.lora_versions.get(name, 0) + 1
+        # vLLM reloads an evicted adapter from its path, so the newest folder stays;
+        # the one it replaced goes, if vf wrote it.
+        if previous and previous != path and transport.is_transfer_name(previous, "lora"):
+            shutil.rmtree(previous, ignore_errors=True)
+        seconds = time.perf_counter() - t0
+        return {"name": name, "version": st.lora_versions[name], "seconds": seconds, "load_seconds": load_s}
+
+    @router.post("/lora/load", dependencies=admin)
+    async def lora_load(request: Request):
+        body = await _body(request)
+        return await swap_lora(
+            request, str(body.get("name", "")), str(body.get("path", "")), body.get("version")
+        )
+
+    @router.put("/lora/upload/{name}", dependencies=admin)
+    async def lora_upload(name: str, request: Request, version: int | None = None):
+        if _state(request).engine.vllm_config.lora_config is None:
+            raise RouteError(400, "lora", LORA_OFF, code="lora_disabled")
+        try:
+            folder = transport.unpack_lora_blob(await request.body())
+        except Exception as e:  # noqa: BLE001
+            raise RouteError(400, "lora", f"body is not an adapter blob from transport.lora_blob: {e}") from e
+        try:
+            return await swap_lora(request, name, str(folder), version)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    @router.post("/reset_prefix_cache", dependencies=admin)
+    async def reset_prefix_cache(request: Request):
+        return {"success": await _state(request).reset_prefix_cache()}
+
+    @router.post("/pause", dependencies=admin)
+    async def pause(request: Request, mode: str = "keep"):
+        st = _state(request)
+        if mode not in PAUSE_MODES:
+            raise RouteError(400, "pause", f"mode must be one of {PAUSE_MODES}")
+        await st.pause(mode, st.settings.update_timeout_s)
+        st.manual_pause = True
+        return {"paused": True}
+
+    @router.post("/resume", dependencies=admin)
+    async def resume(request: Request):
+        st = _state(request)
+        st.manual_pause = False
+        if st.update is None:  # an update in progress resumes at its commit
+            await st.engine.resume_generation()
+        return {"paused": st.update is not None}
+
+    @router.post("/transport/probe", dependencies=admin)
+    async def probe(request: Request):
+        body = await _body(request)
+        p = Path(str(body.get("path", "")))
+        ok = transport.is_transfer_name(p, "probe") and p.is_file() and p.stat().st_size < 256
+        return {"visible": bool(ok and p.read_text().strip() == str(body.get("nonce")))}
+
+    return router
+
+
+def attach(app: FastAPI, engine: Any, settings: Settings, device: str = "cpu") -> State:
+    """Mount the ``/vf`` routes on a vLLM app before it serves; returns their state."""
+    app.state.vf = State(settings=settings, engine=engine, device=device)
+    app.include_router(build_router())
+    return app.state.vf
+
+
+def cleanup(state: State) -> None:
+    """At shutdown: remove the adapter folders vf wrote (they live as long as the server)."""
+    for path in state.lora_paths.values():
+        if transport.is_transfer_name(path, "lora"):
+            shutil.rmtree(path, ignore_errors=True)
