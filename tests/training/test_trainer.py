@@ -493,3 +493,60 @@ def test_server_resume_gives_the_same_next_step_loss(tiny_model_dir, vllm_server
     print("step 3:", a["loss"], b["loss"], a["reward"], b["reward"])
     assert b["reward"] == pytest.approx(a["reward"], abs=1e-6)
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-6)
+
+
+@pytest.mark.server
+def test_vf_train_toml_runs_rltrainer_against_a_running_server(tiny_model_dir, vllm_server, tmp_path):
+    """`vf-train @ cfg.toml` (the trainer half of vf-rl): step lines, a sample block, LoRA checkpoint files."""
+    import os
+    import subprocess
+    import sys
+
+    restore_base_weights(vllm_server, tiny_model_dir)
+    port = vllm_server.base_url.rstrip("/").rsplit(":", 1)[1].split("/")[0]
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(
+        f'''model = "{tiny_model_dir}"
+
+[env]
+id = "reverse-text"
+
+[env.args]
+num_train_examples = 16
+num_eval_examples = 4
+
+[inference]
+gpus = 0
+port = {port}
+
+[trainer]
+gpus = 0
+
+[trainer.args]
+run_name = "vftrain-e2e"
+rollouts_per_example = 4
+micro_batch_size = 4
+batch_size = 8
+max_steps = 2
+max_tokens = 8
+max_seq_len = 256
+max_prompt_len = 128
+learning_rate = 1e-3
+lora_rank = 8
+save_steps = 2
+log_samples_every = 1
+mask_truncated_completions = false
+'''
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "verifiers.cli.train", "@", str(cfg)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    assert "Step 1/2: reward=" in text and "Step 2/2: reward=" in text, text[-4000:]
+    assert "importance_ratio=" in text and "entropy=" in text
+    ckpt = tmp_path / "outputs" / "vftrain-e2e" / "checkpoint-2"
+    for name in ("adapter_model.safetensors", "adapter_config.json", "trainer_state.json"):
+        assert (ckpt / name).is_file(), sorted(p.name for p in ckpt.iterdir()) if ckpt.exists() else "no checkpoint"
