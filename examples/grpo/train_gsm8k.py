@@ -69,7 +69,7 @@ def main() -> None:
         max_prompt_length=512,
         max_seq_len=1024,
         learning_rate=5e-5,  # a LoRA rate; grpo_defaults' 1e-6 suits full fine-tuning
-        warmup_steps=2,
+        warmup_steps=0,  # constant_with_warmup gives step 1 a learning rate of 0 otherwise
         max_grad_norm=1.0,
         beta=0.0,  # no KL penalty: saves the reference forward pass
         gradient_checkpointing=False,  # a 135M model fits; turn it on for larger models

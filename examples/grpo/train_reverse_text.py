@@ -1,8 +1,9 @@
 """GRPO on reverse-text: SmolLM2-135M-Instruct + LoRA, sized to train on a CPU.
 
 The model reverses a sentence character by character; the reward is the LCS
-similarity of its reversal to the true one, plus 0.2 for the <reversed_text>
-format. The partial credit gives even a 135M model a learning signal from step 1.
+similarity of its reversal to the true one (the text in <reversed_text> tags, or
+the whole reply when the tags are missing, so a small model's first attempts
+already differ in reward), plus 0.2 for the tag format.
 
 1. Install the environment and start the inference server in its own terminal:
 
@@ -30,21 +31,6 @@ The LoRA adapter, checkpoints and curves.png are written to outputs/reverse-text
 import argparse
 
 import verifiers as vf
-
-
-def add_untagged_credit(env: vf.Environment) -> None:
-    """Credit a reversal written without the <reversed_text> tags (LCS similarity, weight 1).
-
-    SmolLM2-135M never writes the tags unprompted, so the env's own rubric scores
-    every rollout 0 and GRPO has no signal; with this, answers differ from step 1.
-    """
-    from reverse_text import lcs_ratio
-
-    def lcs_untagged(completion, answer, **_) -> float:
-        text = completion[-1]["content"] if isinstance(completion, list) else completion
-        return lcs_ratio((text or "").strip(), answer)
-
-    env.rubric.add_reward_func(lcs_untagged, weight=1.0)
 
 
 def main() -> None:

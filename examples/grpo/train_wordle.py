@@ -5,8 +5,10 @@ one mark per letter (G right place, Y elsewhere in the word, X absent). Partial
 credit: 1 for solving, up to 0.5 more for solving in fewer guesses, 0.2 for the
 letters of the last guess, 0.2 for the format.
 
-SmolLM2-135M-Instruct rarely solves a game, so with the default model the reward
-comes mostly from the partial-credit terms; for real progress use a larger
+Every term needs a <guess> tag, and SmolLM2-135M almost never writes one on its
+own (none in 16 samples we drew), so with the default model nearly every rollout
+scores 0 and there is little to learn from. Warm it up first with examples/sft.py
+on good games (saved with vf-eval -s from a stronger model), or use a larger
 instruct model (e.g. --model Qwen/Qwen2.5-1.5B-Instruct on a GPU, and serve it).
 
 1. Install the environment and start the inference server in its own terminal:
@@ -67,7 +69,7 @@ def main() -> None:
         max_prompt_length=512,
         max_seq_len=2048,  # the whole game: six guesses and their feedback
         learning_rate=5e-5,  # a LoRA rate; grpo_defaults' 1e-6 suits full fine-tuning
-        warmup_steps=2,
+        warmup_steps=0,  # constant_with_warmup gives step 1 a learning rate of 0 otherwise
         max_grad_norm=1.0,
         beta=0.0,  # no KL penalty: saves the reference forward pass
         gradient_checkpointing=False,  # a 135M model fits; turn it on for larger models
