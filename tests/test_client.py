@@ -323,10 +323,16 @@ def test_staging_file_is_reused_and_readable(tmp_path):
     again = {k: v * 2 for k, v in mixed.items()}
     assert staging.write(again) == path  # same layout: same file, overwritten in place
     assert all(torch.equal(v, again[k]) for k, v in load_file(str(path)).items())
-    other = staging.write({"a": torch.zeros(4)})  # new layout: new file, old one gone
-    assert other != path and not path.exists() and torch.equal(load_file(str(other))["a"], torch.zeros(4))
+    other = staging.write({"a": torch.zeros(4)})  # another layout (a second request): its own file
+    assert other != path and path.exists() and torch.equal(load_file(str(other))["a"], torch.zeros(4))
+    assert staging.write(mixed) == path and staging.paths == [other, path]
     staging.close()
-    assert not other.exists()
+    assert not other.exists() and not path.exists()
+    small = StagingFile(max_files=1)
+    first = small.write({"a": torch.zeros(1)})
+    small.write({"b": torch.zeros(1)})
+    assert not first.exists()  # the oldest layout is dropped beyond max_files
+    small.close()
 
 
 def test_lora_tensors_match_peft(tiny_model_dir):
@@ -354,7 +360,7 @@ def test_load_refuses_a_file_that_differs_from_begin():
             "POST", "/vf/weights/begin", json={"update_id": "u1", "transport": "shm", "params": meta}
         )
         path = transport.transfer_dir() / transport.new_name("weights", ".safetensors")
-        transport.write_safetensors({"embed.weight": torch.zeros(8, 4)}, path)  # not what begin announced
+        transport.write_safetensors({"embed.weight": torch.zeros(2, 2)}, path)  # not what begin announced
         try:
             with pytest.raises(WeightSyncError) as info:
                 client._request(
@@ -362,7 +368,7 @@ def test_load_refuses_a_file_that_differs_from_begin():
                 )
         finally:
             path.unlink()
-        assert info.value.status == 400 and "does not match" in str(info.value)
+        assert info.value.status == 400 and "not announced at begin" in str(info.value)
         assert "vf_load_safetensors" not in d.engine.calls
         assert client._request("POST", "/vf/weights/abort", json={"update_id": "u1"})["aborted"]
         assert not client.health()["paused"]
@@ -444,3 +450,26 @@ def test_malformed_begin_requests_are_400s():
                 error,
             )
         assert not d.engine.paused and d.state.update is None
+
+
+def test_large_update_goes_as_several_files_in_one_transaction():
+    with double() as d:
+        client = VLLMClient(d.url)
+        loads = []
+        original = d.engine.collective_rpc
+
+        async def spy(method, timeout=None, args=(), kwargs=None):
+            if method == "vf_load_safetensors":
+                loads.append(d.engine.paused)
+            return await original(method, timeout, args, kwargs)
+
+        d.engine.collective_rpc = spy
+        assert client.update_weights(weights(3.0), max_file_bytes=64) == 1
+        assert len(loads) > 1 and all(loads)  # several files, generation paused for all of them
+        assert d.engine.calls.count("resume") == 1 and d.engine.calls.count("reset_prefix_cache") == 1
+        # q/k/v of one block always share a file
+        from verifiers.inference.transport import split_by_module
+
+        pieces = split_by_module(weights(), 1)
+        qkv = [i for i, p in enumerate(pieces) for n in p if "_proj" in n]
+        assert len(set(qkv)) == 1

@@ -276,8 +276,13 @@ class VLLMClient:
         transport_name: str = "auto",
         pause_mode: str = "keep",
         timeout: float | None = None,
+        max_file_bytes: int = 1 << 30,
     ) -> int:
-        """Push checkpoint-named tensors (``model.named_parameters()`` names); returns the version."""
+        """Push checkpoint-named tensors (``model.named_parameters()`` names); returns the version.
+
+        One transaction however large: above ``max_file_bytes`` the data goes as several
+        files (cut between modules), all loaded while generation stays paused.
+        """
         timeout = timeout or self.update_timeout
         deadline = time.monotonic() + timeout
         tensors = dict(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
@@ -303,12 +308,12 @@ class VLLMClient:
             return remaining
 
         # Data is staged before begin: the server pauses generation only for load + commit.
-        path = data = None
+        pieces = transport.split_by_module(cpu, max_file_bytes)
         try:
             if transport_name == "shm":
-                path = self._staging.write(cpu)
+                staged: list[Any] = [self._staging.write(piece) for piece in pieces]
             else:
-                data = transport.safetensors_bytes(cpu)
+                staged = [transport.safetensors_bytes(piece) for piece in pieces]
         except OSError as e:
             self._staging.close()
             raise WeightSyncError(
@@ -324,12 +329,15 @@ class VLLMClient:
         }
         self._request("POST", "/vf/weights/begin", stage="begin", timeout=left(), json=begin)
         try:
-            if path is not None:
-                body = {"update_id": update_id, "path": str(path)}
-                self._request("POST", "/vf/weights/load", stage="load", safe=False, timeout=left(), json=body)
-            else:
-                url = f"/vf/weights/upload/{update_id}"
-                self._request("PUT", url, stage="load", safe=False, timeout=left(), data=data)
+            for item in staged:  # several files make one update: generation stays paused
+                if transport_name == "shm":
+                    body = {"update_id": update_id, "path": str(item)}
+                    self._request(
+                        "POST", "/vf/weights/load", stage="load", safe=False, timeout=left(), json=body
+                    )
+                else:
+                    url = f"/vf/weights/upload/{update_id}"
+                    self._request("PUT", url, stage="load", safe=False, timeout=left(), data=item)
             body = {"update_id": update_id, "version": version}
             out = self._request("POST", "/vf/weights/commit", stage="commit", timeout=left(), json=body)
         except BaseException:

@@ -25,7 +25,8 @@ Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
   ``timeout_s`` is dropped and generation resumes.
 * ``POST /vf/weights/load`` ``{"update_id", "path"}`` (shm) and
   ``PUT /vf/weights/upload/{update_id}`` (http, raw safetensors body)
-  -> ``{"loaded", "seconds", "cpu_seconds"}`` (worker time)
+  -> ``{"loaded", "seconds", "cpu_seconds"}`` (worker time). One file, or several
+  (each of whole layers) for a large update; generation stays paused throughout.
 * ``POST /vf/weights/nccl`` ``{"update_id", "update_info"?}`` (GPU) -> ``{"loaded"}``, once
   the workers received the broadcast the trainer runs at the same time.
 * ``POST /vf/weights/commit`` ``{"update_id", "version"}`` -> ``{"version", "prefix_cache_reset"}``:
@@ -73,6 +74,8 @@ logger = logging.getLogger("verifiers.inference.server")
 ADMIN_HEADER = "X-VF-Admin-Token"
 PAUSE_MODES = ("keep", "wait", "abort")
 LORA_OFF = "LoRA is not enabled on this server; start vf-vllm with --enable-lora --max-lora-rank R"
+NO_NCCL = "this server has no NCCL weight transfer (CPU); use transport 'shm' or 'http'"
+BEGIN_FIELDS = f"need update_id, transport in {transport.TRANSPORTS}, pause_mode in {PAUSE_MODES}"
 
 
 class RouteError(Exception):
@@ -134,7 +137,8 @@ class Update:
     params: list[dict[str, Any]]
     deadline: float
     paused: bool = False
-    loaded: bool = False
+    loaded: bool = False  # every announced tensor arrived
+    received: set[str] = field(default_factory=set)
     nccl_started: bool = False
     expiry: asyncio.Task | None = None
 
@@ -318,19 +322,11 @@ def build_router() -> APIRouter:
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise RouteError(400, "request", f"version is {version!r}; it must be an integer >= 0")
         if not update_id or kind not in transport.TRANSPORTS or pause_mode not in PAUSE_MODES:
-            raise RouteError(
-                400,
-                "request",
-                f"need update_id, transport in {transport.TRANSPORTS}, pause_mode in {PAUSE_MODES}",
-            )
+            raise RouteError(400, "request", BEGIN_FIELDS)
         if not isinstance(params, list) or not params:
             raise RouteError(400, "validate", "params must list at least one {name, shape, dtype}")
         if kind == "nccl" and st.engine.vllm_config.weight_transfer_config is None:
-            raise RouteError(
-                400,
-                "validate",
-                "this server has no NCCL weight transfer (CPU); use transport 'shm' or 'http'",
-            )
+            raise RouteError(400, "validate", NO_NCCL)
         async with st.lock:
             if st.update is not None:
                 if st.update.update_id == update_id:  # a retried begin gets the same answer
@@ -359,16 +355,25 @@ def build_router() -> APIRouter:
         return {"update_id": update_id, "version": u.version, "stage": "ready"}
 
     async def load_file(st: State, u: Update, path: Path) -> dict[str, Any]:
-        if u.loaded:
-            raise RouteError(409, "load", f"update {u.update_id} already has its weights; commit it")
-        # The file must hold exactly what begin validated (its header is all we read here).
+        """Load one file of ``u``: a large update may come as several files, each of whole layers."""
         try:
-            header = read_safetensors_headers([str(path)])
+            header = read_safetensors_headers([str(path)])  # the header is all we read here
         except (OSError, ValueError) as e:
             raise RouteError(400, "load", f"{path} is not a safetensors file: {e}") from e
-        sent = {(n, tuple(shape)) for n, (shape, _) in header.items()}
-        if sent != {(p["name"], tuple(p["shape"])) for p in u.params}:
-            raise RouteError(400, "load", "the weights file does not match the params announced at begin")
+        announced = {p["name"]: list(p["shape"]) for p in u.params}
+        stray = [n for n, (shape, _) in header.items() if announced.get(n) != list(shape) or n in u.received]
+        if stray:
+            raise RouteError(
+                400,
+                "load",
+                f"the file holds {stray[0]!r}, not announced at begin or already sent; send what begin announced, once",
+            )
+        # Layers are reloaded per file, so each file must hold whole layers too.
+        problems = validate_params(
+            st.spec or {"params": {}}, [{"name": n, "shape": sh} for n, (sh, _) in header.items()]
+        )
+        if problems:
+            raise RouteError(400, "load", problems[0])
         try:
             result = await st.rpc("vf_load_safetensors", "load", st.left(u), str(path))
         except RouteError as e:
@@ -378,7 +383,8 @@ def build_router() -> APIRouter:
             await st.reset_prefix_cache()
             st.last_error = f"update {u.update_id} loaded after its deadline: new weights, old version"
             raise RouteError(504, "timeout", st.last_error + "; send the update again with a larger timeout")
-        u.loaded = True
+        u.received |= set(header)
+        u.loaded = len(u.received) == len(announced)
         return {k: result[k] for k in ("loaded", "seconds", "cpu_seconds")}
 
     @router.post("/weights/load", dependencies=admin)
@@ -432,8 +438,9 @@ def build_router() -> APIRouter:
             return {"version": st.version, "prefix_cache_reset": True}  # a retried commit
         u = st.current(str(body.get("update_id")))
         if not u.loaded:
+            missing = len(u.params) - len(u.received)
             raise RouteError(
-                409, "commit", f"update {u.update_id} has no weights yet; send them, then commit"
+                409, "commit", f"update {u.update_id} still misses {missing} tensors; send them, then commit"
             )
         try:
             if u.nccl_started:
@@ -464,9 +471,7 @@ def build_router() -> APIRouter:
 
         st, body = _state(request), await _body(request)
         if st.engine.vllm_config.weight_transfer_config is None:
-            raise RouteError(
-                400, "init", "this server has no NCCL weight transfer (CPU); use transport 'shm' or 'http'"
-            )
+            raise RouteError(400, "init", NO_NCCL)
         timeout = _number(body, "timeout_s", st.settings.update_timeout_s)
         join = st.engine.init_weight_transfer_engine(
             WeightTransferInitRequest(init_info=body.get("init_info") or {})

@@ -67,6 +67,26 @@ def prepare_tensors(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]
     return out
 
 
+def split_by_module(tensors: Mapping[str, Any], max_bytes: int) -> list[dict[str, Any]]:
+    """Cut ``tensors`` into pieces of about ``max_bytes``, only between modules.
+
+    vLLM reloads weights per layer and fuses q/k/v (gate/up) of one block, so a cut
+    never falls inside ``model.layers.N.self_attn`` or ``.mlp`` (the name minus its
+    last two parts).
+    """
+    pieces: list[dict[str, Any]] = [{}]
+    size, last = 0, None
+    for name, t in tensors.items():
+        module = name.rsplit(".", 2)[0]
+        if size >= max_bytes and module != last:
+            pieces.append({})
+            size = 0
+        pieces[-1][name] = t
+        size += t.numel() * t.element_size()
+        last = module
+    return [p for p in pieces if p]
+
+
 def tensor_meta(named_tensors: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``[{"name", "shape", "dtype"}]`` for the server's pre-transfer validation."""
     return [
@@ -146,57 +166,70 @@ def safetensors_bytes(tensors: Mapping[str, Any], metadata: dict[str, str] | Non
 
 
 class StagingFile:
-    """One safetensors file under ``/dev/shm``, memory-mapped and overwritten in place each update.
+    """Safetensors files under ``/dev/shm``, memory-mapped and overwritten in place each update.
 
-    Writing a fresh 0.5 GB file costs more in page allocation than in copying; a
-    file that keeps its layout (same names, shapes, dtypes) is reused, and each
-    update is one memcpy per tensor into the mapping. Safe because the handshake
-    serialises writer and reader: the server has finished reading before the next
-    update begins; after a failed update :meth:`close` drops the file (a reader
-    still holding it keeps the old pages) and the next update starts a new one.
+    Writing a fresh 0.5 GB file costs more in page allocation than in copying, so a
+    file is kept per layout (names, shapes, dtypes) and reused: an update is one
+    memcpy per tensor into the mapping. A trainer that splits a large model into
+    several requests gets one file per request layout (up to ``max_files``, the
+    oldest dropped first). Safe because the handshake serialises writer and reader:
+    the server has finished reading before the next update begins; after a failed
+    update :meth:`close` drops every file (a reader still holding one keeps its
+    pages) and the next update starts afresh.
     """
 
-    def __init__(self) -> None:
-        self.path: Path | None = None
-        self._key: list[tuple[str, tuple[int, ...], Any]] | None = None
-        self._views: dict[str, Any] = {}
-        self._finalizer: Any = None
+    def __init__(self, max_files: int = 8) -> None:
+        import collections
+
+        self.max_files = max_files
+        # layout -> (path, {name: uint8 view into the mapping}, finalizer that unlinks)
+        self._files: collections.OrderedDict[Any, tuple[Path, dict[str, Any], Any]] = (
+            collections.OrderedDict()
+        )
+
+    @property
+    def paths(self) -> list[Path]:
+        return [path for path, _, _ in self._files.values()]
 
     def write(self, tensors: Mapping[str, Any]) -> Path:
         import numpy as np
 
-        key = [(n, tuple(t.shape), t.dtype) for n, t in tensors.items()]
-        if key != self._key or self.path is None or not self.path.exists():
-            self._create(key)
+        key = tuple((n, tuple(t.shape), t.dtype) for n, t in tensors.items())
+        entry = self._files.get(key)
+        if entry is None or not entry[0].exists():
+            entry = self._create(key)
+        self._files.move_to_end(key)
+        path, views, _ = entry
         for name, t in tensors.items():
             # numpy's single-threaded memcpy: torch's copy_ opens a parallel region per
             # tensor, and on a busy machine each waits for a descheduled thread (seen:
             # 2.4 s instead of 0.13 s for 540 MB in 272 tensors).
-            np.copyto(self._views[name], _raw(t))
-        assert self.path is not None
-        return self.path
+            np.copyto(views[name], _raw(t))
+        return path
 
-    def _create(self, key: list[tuple[str, tuple[int, ...], Any]]) -> None:
+    def _create(self, key: tuple) -> tuple[Path, dict[str, Any], Any]:
         import weakref
 
         import torch
 
-        self.close()
-        head, spans = _layout(key)
+        if key in self._files:
+            self._files.pop(key)[2]()
+        while len(self._files) >= self.max_files:
+            self._files.popitem(last=False)[1][2]()
+        head, spans = _layout(list(key))
         total = len(head) + (spans[-1][2] if spans else 0)
         path = transfer_dir(total) / new_name("weights", ".safetensors")
         with open(path, "wb") as fh:
             fh.write(head)
             fh.truncate(total)
         buf = torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
-        self._views = {name: buf[len(head) + lo : len(head) + hi].numpy() for name, lo, hi in spans}
-        self.path, self._key = path, key
-        self._finalizer = weakref.finalize(self, _unlink, str(path))
+        views = {name: buf[len(head) + lo : len(head) + hi].numpy() for name, lo, hi in spans}
+        self._files[key] = (path, views, weakref.finalize(self, _unlink, str(path)))
+        return self._files[key]
 
     def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
-        self.path, self._key, self._views, self._finalizer = None, None, {}, None
+        while self._files:
+            self._files.popitem()[1][2]()
 
 
 def _unlink(path: str) -> None:
