@@ -70,6 +70,49 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 
+__all__ = [
+    "ChatMessage",
+    "ConfigError",
+    "DatasetFormatError",
+    "EnvGroup",
+    "Environment",
+    "EnvironmentArgsError",
+    "EnvironmentNotFoundError",
+    "GenerateOutputs",
+    "Info",
+    "JudgeRubric",
+    "Messages",
+    "MissingExtraError",
+    "MultiTurnEnv",
+    "Parser",
+    "ProcessedOutputs",
+    "RewardFunc",
+    "RolloutScore",
+    "RolloutScores",
+    "Rubric",
+    "RubricGroup",
+    "SamplingArgs",
+    "ServerError",
+    "SingleTurnEnv",
+    "State",
+    "StatefulToolEnv",
+    "ThinkParser",
+    "ToolEnv",
+    "ToolRubric",
+    "TurnTokens",
+    "VerifiersError",
+    "WeightSyncError",
+    "XMLParser",
+    "extract_boxed_answer",
+    "extract_hash_answer",
+    "load_environment",
+    "load_example_dataset",
+    "print_prompt_completions_sample",
+    "setup_logging",
+    *_LAZY,
+]
+
+
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'verifiers' has no attribute {name!r}")
@@ -92,9 +135,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from verifiers.inference.client import VLLMClient
-    from verifiers.models import get_model, get_model_and_tokenizer, get_tokenizer
-    from verifiers.rubrics.math_rubric import MathRubric
-    from verifiers.training.config import GRPOConfig, grpo_defaults, lora_defaults
-    from verifiers.training.rl import RLConfig, RLTrainer
-    from verifiers.training.trainer import GRPOTrainer
+    from verifiers.inference.client import VLLMClient  # noqa: F401
+    from verifiers.models import get_model, get_model_and_tokenizer, get_tokenizer  # noqa: F401
+    from verifiers.rubrics.math_rubric import MathRubric  # noqa: F401
+    from verifiers.training.config import GRPOConfig, grpo_defaults, lora_defaults  # noqa: F401
+    from verifiers.training.rl import RLConfig, RLTrainer  # noqa: F401
+    from verifiers.training.trainer import GRPOTrainer  # noqa: F401

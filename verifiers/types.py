@@ -8,8 +8,9 @@ Only the trainer turns these into dicts of tensors.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Union
+from typing import Any, Literal, Union
 
 ChatMessage = dict[str, Any]
 """An OpenAI chat message: ``{"role": ..., "content": ..., ["tool_calls" | "tool_call_id"]}``."""
