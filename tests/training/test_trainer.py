@@ -549,4 +549,6 @@ mask_truncated_completions = false
     assert "importance_ratio=" in text and "entropy=" in text
     ckpt = tmp_path / "outputs" / "vftrain-e2e" / "checkpoint-2"
     for name in ("adapter_model.safetensors", "adapter_config.json", "trainer_state.json"):
-        assert (ckpt / name).is_file(), sorted(p.name for p in ckpt.iterdir()) if ckpt.exists() else "no checkpoint"
+        assert (ckpt / name).is_file(), (
+            sorted(p.name for p in ckpt.iterdir()) if ckpt.exists() else "no checkpoint"
+        )

@@ -26,10 +26,14 @@ class _StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; ignore
         pass
+
+
 _seen_lock = threading.Lock()
 
 
-def setup_logging(level: str | int = "INFO", log_format: str | None = None, date_format: str | None = None) -> None:
+def setup_logging(
+    level: str | int = "INFO", log_format: str | None = None, date_format: str | None = None
+) -> None:
     """Configure the ``verifiers`` logger to write to stderr (idempotent)."""
     logger = logging.getLogger("verifiers")
     if isinstance(level, str):
