@@ -3,7 +3,7 @@
     python benchmarks/learning.py                  # 2 seeds x 30 steps (target: < 30 min per seed)
     python benchmarks/learning.py --max-steps 2    # smoke test
 
-One vf-vllm server (LoRA on) serves both seeds; each seed trains a fresh adapter.
+One vf-vllm server serves both seeds; each seed trains a fresh adapter.
 For each seed: gain = mean reward of the last 5 steps - mean of the first 5.
 Target: gain >= 0.15 for both seeds. Writes ``learning.json`` and
 ``learning.png`` to ``--out``; the last line printed is ``reward_gain_min=G``.
@@ -12,59 +12,18 @@ Target: gain >= 0.15 for both seeds. Writes ``learning.json`` and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from _common import vllm_server  # one vf-vllm server per run (no --enable-lora: merged-weight sync on CPU)
 
 import verifiers as vf
 
 WINDOW = 5  # steps averaged at each end
-
-
-def wait_ready(client, proc: subprocess.Popen, log_path, timeout: float = 900) -> None:
-    """Poll the server until ready; fail at once, with its log's tail, if its process exits."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            tail = open(log_path, errors="replace").read()[-2000:]
-            raise SystemExit(f"vf-vllm exited with code {proc.returncode}; log tail:\n{tail}")
-        try:
-            client.wait_until_ready(timeout=5)
-            return
-        except vf.ServerError:
-            pass
-    raise SystemExit(f"vf-vllm not ready after {timeout:.0f} s; see {log_path}")
-
-
-@contextlib.contextmanager
-def vllm_server(model_dir: str, port: int, log_path: Path) -> Iterator[float]:
-    """A vf-vllm server with LoRA on; yields its start-up time, stops it (process group) after."""
-    from verifiers.inference.client import VLLMClient
-
-    cmd = [
-        sys.executable, "-m", "verifiers.cli.vllm", "--model", model_dir, "--port", str(port),
-        "--enforce-eager", "--dtype", "float32", "--max-model-len", "1024", "--enable-lora", "--max-lora-rank", "16",
-        "--kv-cache-memory-bytes", str(1 << 30), "--max-num-seqs", "64",
-    ]  # fmt: skip
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        t0 = time.time()
-        wait_ready(VLLMClient(port=port), proc, log_path)
-        yield time.time() - t0
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -84,7 +43,7 @@ def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
         max_steps=args.max_steps,
         max_grad_norm=1.0,
         beta=0.0,
-        num_batches_ahead=1,
+        num_batches_ahead=args.batches_ahead,
         gradient_checkpointing=False,
         save_strategy="no",
         log_completions=False,
@@ -153,6 +112,7 @@ def main() -> None:
     )
     p.add_argument("--max-tokens", type=int, default=40)
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--batches-ahead", type=int, default=0, help="num_batches_ahead (0: generate, then train)")
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--out", default="outputs/benchmarks/learning")
     args = p.parse_args()

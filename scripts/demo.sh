@@ -5,7 +5,9 @@
 #      (prints the table, saves results under outputs/evals/);
 #   3. train a LoRA adapter with GRPO on reverse-text through vf-rl (server + trainer);
 #      each step prints its reward; adapter, checkpoints and curves.png land in
-#      outputs/reverse-text/.
+#      outputs/reverse-text/;
+#   4. serve the trained adapter and evaluate it on the same rows as step 2, then
+#      print the reward before and after training.
 # Extra arguments are vf-rl overrides, e.g.  bash scripts/demo.sh --trainer.args.max_steps 30
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,33 @@ bash scripts/install.sh
 . .venv/bin/activate
 source scripts/env.sh
 port=${VF_DEMO_PORT:-8000}
+
+# start_server LOG [vf-vllm flags...]: serve SmolLM2 on $port in the background, wait until ready.
+start_server() {
+  local log=$1; shift
+  vf-vllm --model "$model" --port "$port" --enforce-eager --dtype float32 --max-model-len 1024 \
+    --kv-cache-memory-bytes 1073741824 "$@" > "$log" 2>&1 &
+  server=$!
+  trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
+  for _ in $(seq 1 300); do
+    if curl -sf "http://127.0.0.1:$port/vf/health" > /dev/null; then return 0; fi
+    if ! kill -0 "$server" 2>/dev/null; then
+      echo "[demo] vf-vllm exited; last lines of $log:" >&2
+      tail -n 20 "$log" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+  echo "[demo] vf-vllm not ready after 300 s" >&2
+  exit 1
+}
+stop_server() { kill "$server"; wait "$server" 2>/dev/null || true; trap - EXIT; }
+
+# mean_reward DIR: the mean reward of the newest vf-eval run saved under DIR.
+mean_reward() {
+  python -c 'import json, sys; r = [json.loads(l)["reward"] for l in open(sys.argv[1])]; print(f"{sum(r) / len(r):.3f}")' \
+    "$(ls -td "$1"/*/ | head -n 1)results.jsonl"
+}
 steps=${VF_DEMO_STEPS:-10}
 
 echo "[demo] preparing SmolLM2-135M-Instruct (converted once, then cached)" >&2
@@ -21,26 +50,21 @@ model=$(vf-models smollm2 | tail -n 1)
 
 echo "[demo] starting vf-vllm on 127.0.0.1:$port" >&2
 mkdir -p outputs
-vf-vllm --model "$model" --port "$port" --enforce-eager --dtype float32 --max-model-len 1024 \
-  --kv-cache-memory-bytes 1073741824 --no-enable-chunked-prefill > outputs/demo-vf-vllm.log 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do
-  if curl -sf "http://127.0.0.1:$port/vf/health" > /dev/null; then break; fi
-  if ! kill -0 "$server" 2>/dev/null; then
-    echo "[demo] vf-vllm exited; last lines of outputs/demo-vf-vllm.log:" >&2
-    tail -n 20 outputs/demo-vf-vllm.log >&2
-    exit 1
-  fi
-  sleep 1
-done
-curl -sf "http://127.0.0.1:$port/vf/health" > /dev/null || { echo "[demo] vf-vllm not ready after 300 s" >&2; exit 1; }
+start_server outputs/demo-vf-vllm.log --served-model-name smollm2
 
 echo "[demo] evaluating the base model on reverse-text" >&2
-vf-eval reverse-text -m "$model" -b "http://127.0.0.1:$port/v1" -n 10 -r 2 -t 96 -T 0.7 -s
-kill "$server"; wait "$server" 2>/dev/null || true
-trap - EXIT
+eval_args=(-b "http://127.0.0.1:$port/v1" -n 10 -r 2 -t 96 -T 0.7 -s)
+vf-eval reverse-text -m smollm2 "${eval_args[@]}"
+stop_server
 
 echo "[demo] training LoRA with GRPO for $steps steps (vf-rl @ configs/vf-rl/reverse-text.toml)" >&2
 vf-rl @ configs/vf-rl/reverse-text.toml --inference.port "$port" --trainer.args.max_steps "$steps" "$@"
+adapter=$(ls -d outputs/reverse-text/checkpoint-* | sort -t- -k2 -n | tail -n 1)
+
+echo "[demo] evaluating the trained adapter ($adapter) on the same rows" >&2
+start_server outputs/demo-vf-vllm-adapter.log --enable-lora --max-lora-rank 8 --lora-modules "reverse-text-lora=$adapter"
+vf-eval reverse-text -m reverse-text-lora "${eval_args[@]}"
+stop_server
+echo "[demo] reverse-text reward on 10 eval rows x 2: before $(mean_reward outputs/evals/reverse-text--smollm2)," \
+  "after $(mean_reward outputs/evals/reverse-text--reverse-text-lora) (training log: outputs/reverse-text/)" >&2
 echo "[demo] done: adapter, checkpoints, metrics and curves.png are in outputs/reverse-text/" >&2

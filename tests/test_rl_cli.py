@@ -80,8 +80,8 @@ def test_dry_run_prints_the_commands(config_file, capsys):
     assert out[0] == f"config {config_file}: run 'rt', logs in outputs/rt/logs/"
     assert out[1] == (
         f"inference: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.vllm --model smollm2 --host 127.0.0.1 "
-        "--port 8000 --enforce-eager --enable-lora --max-lora-rank 8"
-    )
+        "--port 8000 --enforce-eager"
+    )  # a CPU server gets merged weights, so no --enable-lora
     assert out[2] == "wait: http://127.0.0.1:8000/health, then /v1/models (up to 300 s)"
     assert out[3] == (
         f"trainer: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.train @ {config_file} --trainer.args.max_steps 5"
@@ -89,12 +89,15 @@ def test_dry_run_prints_the_commands(config_file, capsys):
 
 
 def test_dry_run_lora_rank_and_opt_outs(config_file, capsys):
-    rl_cli.main(["@", str(config_file), "--dry-run", "--trainer.args.lora_rank", "12"])
+    gpu = ["--inference.gpus", "1"]  # a GPU server: the adapter alone travels
+    rl_cli.main(["@", str(config_file), "--dry-run", *gpu, "--trainer.args.lora_rank", "12"])
     assert "--enable-lora --max-lora-rank 16" in capsys.readouterr().out  # the next rank vLLM accepts
-    rl_cli.main(["@", str(config_file), "--dry-run", "--trainer.args.use_lora", "false"])
+    rl_cli.main(["@", str(config_file), "--dry-run", *gpu, "--trainer.args.use_lora", "false"])
     assert "--enable-lora" not in capsys.readouterr().out
-    rl_cli.main(["@", str(config_file), "--dry-run", "--inference.args.enable_lora", "false"])
+    rl_cli.main(["@", str(config_file), "--dry-run", *gpu, "--inference.args.enable_lora", "false"])
     assert "lora" not in capsys.readouterr().out.splitlines()[1]
+    rl_cli.main(["@", str(config_file), "--dry-run", "--inference.args.enable_lora", "true"])
+    assert "--enable-lora" in capsys.readouterr().out.splitlines()[1]  # asked for on CPU: kept
 
 
 def test_dry_run_multi_gpu_uses_accelerate(config_file, capsys, tmp_path):
@@ -354,17 +357,6 @@ def test_stop_ends_the_whole_process_group():
 # -- vf-train: weighted environments ----------------------------------------------------------
 
 
-def test_weighted_rows_follow_the_weights():
-    from datasets import Dataset
-
-    data = Dataset.from_dict({"task": ["a"] * 30 + ["b"] * 10, "x": list(range(40))})
-    out = train_cli.weighted_rows(data, {"a": 1.0, "b": 3.0}, seed=0)
-    tasks = list(out["task"])
-    assert len(tasks) == 40 and tasks.count("a") == 10 and tasks.count("b") == 30
-    b_rows = [x for t, x in zip(out["task"], out["x"], strict=True) if t == "b"]
-    assert set(b_rows) == set(range(30, 40))  # every b row kept, repeated to reach its share
-
-
 def test_load_envs_groups_several_environments(monkeypatch):
     from datasets import Dataset
 
@@ -375,10 +367,13 @@ def test_load_envs_groups_several_environments(monkeypatch):
         return vf.SingleTurnEnv(dataset=Dataset.from_dict({"question": [f"{env_id}{i}" for i in range(n)]}))
 
     monkeypatch.setattr(vf, "load_environment", fake_load)
-    specs = [tc.EnvConfig("a", {"n": 8}, 1.0, "a"), tc.EnvConfig("b", {"n": 2}, 1.0, "b")]
-    group = train_cli.load_envs(specs)
+    specs = [tc.EnvConfig("a", {"n": 8}, None, "a"), tc.EnvConfig("b", {"n": 2}, None, "b")]
+    group = train_cli.load_envs(specs)  # no weights: each env's whole training set, once
     assert isinstance(group, vf.EnvGroup) and group.env_names == ["a", "b"] and len(group.dataset) == 10
-    weighted = train_cli.load_envs([specs[0], tc.EnvConfig("b", {"n": 2}, 4.0, "b")])
+    assert group.weights is None and list(group.dataset["task"]).count("b") == 2
+    weighted = train_cli.load_envs(
+        [tc.EnvConfig("a", {"n": 8}, 1.0, "a"), tc.EnvConfig("b", {"n": 2}, 4.0, "b")]
+    )
     assert list(weighted.dataset["task"]).count("b") == 8
     single = train_cli.load_envs(specs[:1])
     assert not isinstance(single, vf.EnvGroup)

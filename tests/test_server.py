@@ -115,28 +115,33 @@ def perturbed(model, seed: int, scale: float = 0.05):
 
 
 def sample(
-    client: VLLMClient, model: str, prompt: str = "The quick brown fox", n: int = 8, chat: bool = False
+    client: VLLMClient,
+    model: str,
+    prompt: str = "The quick brown fox",
+    n: int = 8,
+    chat: bool = False,
+    temperature: float = 1.0,
 ):
     """``(prompt_ids, completion_ids, sampling logprobs)`` of one sampled completion."""
     extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
     if chat:
         out = client.sync_openai.chat.completions.create(
             model=model, messages=[{"role": "user", "content": prompt}], max_tokens=n, logprobs=True,
-            temperature=1.0, extra_body=extra,
+            temperature=temperature, extra_body=extra,
         )  # fmt: skip
         ch = out.choices[0]
         return out.prompt_token_ids, ch.token_ids, [t.logprob for t in ch.logprobs.content]
     out = client.sync_openai.completions.create(
-        model=model, prompt=prompt, max_tokens=n, logprobs=1, temperature=1.0, extra_body=extra
+        model=model, prompt=prompt, max_tokens=n, logprobs=1, temperature=temperature, extra_body=extra
     )
     ch = out.choices[0]
     return ch.prompt_token_ids, ch.token_ids, ch.logprobs.token_logprobs
 
 
-def max_logprob_gap(hf_model, prompt_ids, completion_ids, server_logprobs) -> float:
+def max_logprob_gap(hf_model, prompt_ids, completion_ids, server_logprobs, temperature: float = 1.0) -> float:
     with torch.no_grad():
         logits = hf_model(torch.tensor([list(prompt_ids) + list(completion_ids)])).logits[0]
-    lp = torch.log_softmax(logits.float(), -1)
+    lp = torch.log_softmax(logits.float() / temperature, -1)
     start = len(prompt_ids) - 1
     hf = [lp[start + i, t].item() for i, t in enumerate(completion_ids)]
     return max(abs(a - b) for a, b in zip(hf, server_logprobs, strict=True))
@@ -176,6 +181,10 @@ def test_logprobs_match_transformers(client, base_model):
     for chat in (False, True):
         gap = max_logprob_gap(base_model, *sample(client, name, chat=chat))
         assert gap < TOL, f"chat={chat}: server log-probs differ from transformers by {gap}"
+    # Below temperature 1 the server reports the temperature-scaled policy that
+    # sampled (vf-vllm's default --logprobs-mode), which is what the trainer scores.
+    gap = max_logprob_gap(base_model, *sample(client, name, temperature=0.7), temperature=0.7)
+    assert gap < TOL, f"temperature 0.7: server log-probs differ from logits/0.7 by {gap}"
 
 
 @pytest.mark.server
@@ -314,5 +323,9 @@ def test_cli_defaults_and_retired_flags(capsys):
     assert "--disable-log-requests" in err and "--guided-decoding-backend" in err
     assert args.model == "m" and args.host == "127.0.0.1" and settings.loopback
     assert args.worker_extension_cls == EXTENSION and settings.admin_token is None
+    assert args.logprobs_mode == "processed_logprobs"  # the temperature-scaled policy the trainer scores
+    assert args.enable_chunked_prefill is False  # CPU: seeded requests fail with chunked prompts
+    args, _ = parse_args(["m", "--logprobs-mode", "raw_logprobs", "--enable-chunked-prefill"])
+    assert args.logprobs_mode == "raw_logprobs" and args.enable_chunked_prefill is True
     args, settings = parse_args(["--model", "m", "--host", "0.0.0.0", "--admin-token", "t"])
     assert not settings.loopback and settings.admin_token == "t"

@@ -46,7 +46,7 @@ CASE_A = dict(ratios=[[1.0, 1.1, 1.3], [0.7, 1.0, 1.0]], mask=[[1, 1, 1], [1, 1,
         # ε_high = 0.28: the 1.3 token is clipped at 1.28 -> row 0 sum -3.38; (-3.38 + 1.8) / 5 = -0.316
         ("dapo", {"epsilon_high": 0.28}, -0.316),
         # same, normalized by the 10 loss tokens of the whole optimizer step: -1.58 / 10
-        ("dapo", {"epsilon_high": 0.28, "num_loss_tokens": 10}, -0.158),
+        ("dapo", {"epsilon_high": 0.28, "step_count": 10}, -0.158),
     ],
 )
 def test_ppo_style_losses_by_hand(loss_type, kwargs, expected):

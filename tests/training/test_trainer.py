@@ -258,6 +258,21 @@ def test_lora_sync_sends_adapter_and_uses_kl_to_base(tiny_model_dir, fake_server
     assert all("kl" in h for h in train_log(trainer))
 
 
+@pytest.mark.parametrize(("device", "lora_sync", "kind"), [("cpu", "auto", "full"), ("cuda", "auto", "lora"),
+                                                          ("cpu", "adapter", "lora"), ("cuda", "merged", "full")])  # fmt: skip
+def test_lora_sync_mode_follows_the_server_device(
+    tiny_model_dir, fake_server, tmp_path, device, lora_sync, kind
+):
+    client = RecordingClient(fake_server)
+    client.health = lambda: {"model": client.model_name, "status": "ready", "device": device}
+    trainer = make_trainer(
+        tiny_model_dir, client, grpo_args(tmp_path, max_steps=1, lora_sync=lora_sync),
+        peft_config=vf.lora_defaults(r=4, alpha=8),
+    )  # fmt: skip
+    trainer.train()
+    assert [k for k, _ in client.syncs] == [kind] * 2
+
+
 def test_resume_gives_the_same_next_step_loss(tiny_model_dir, fake_server, tmp_path):
     common = dict(num_batches_ahead=0, save_strategy="steps", save_steps=2, save_only_model=False, beta=0.05)
     full = make_trainer(tiny_model_dir, RecordingClient(fake_server), grpo_args(tmp_path / "a", **common))
@@ -466,8 +481,8 @@ def test_server_lora_syncs_adapter(tiny_model_dir, vllm_server, tmp_path):
     peft_config = vf.lora_defaults(r=8, alpha=16)
     peft_config.init_lora_weights = True
     trainer = make_trainer(
-        tiny_model_dir, vllm_server, server_args(tmp_path, max_steps=2, beta=0.01), peft_config=peft_config,
-        env=server_env(),
+        tiny_model_dir, vllm_server, server_args(tmp_path, max_steps=2, beta=0.01, lora_sync="adapter"),
+        peft_config=peft_config, env=server_env(),
     )  # fmt: skip
     check = LogprobCheck(trainer)
     trainer.add_callback(check)

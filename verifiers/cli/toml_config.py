@@ -5,7 +5,7 @@
     [env]                              # or several [[env]] tables, each with a sampling weight
     id = "reverse-text"
     args = { num_train_examples = 200 }   # -> load_environment(**args)
-    # weight = 1.0                     # [[env]] only: relative share of the prompts
+    # weight = 1.0                     # [[env]] only: relative share of the prompts (EnvGroup weights)
     # name = "rt"                      # task name in the EnvGroup (default: the id)
 
     [inference]
@@ -34,6 +34,7 @@ import dataclasses
 import enum
 import functools
 import json
+import math
 import os
 import sys
 import types
@@ -67,7 +68,7 @@ class EnvConfig:
 
     id: str
     args: dict[str, Any] = field(default_factory=dict)
-    weight: float = 1.0
+    weight: float | None = 1.0  # None: several [[env]] tables and none sets a weight (sizes decide)
     name: str = ""  # task name inside an EnvGroup
 
 
@@ -269,15 +270,21 @@ def _parse_envs(raw: Any) -> list[EnvConfig]:
             raise ConfigError(f"{prefix} has no id", hint='e.g. id = "reverse-text"')
         _check_type(f"{prefix}.id", env_id, str)
         args = _table(table, "args", None, prefix=prefix)
-        weight = table.get("weight", 1.0)
-        _check_type(f"{prefix}.weight", weight, float)
-        if weight <= 0:
-            raise ConfigError(
-                f"{prefix}.weight = {weight} must be > 0", hint="drop the environment to leave it out"
-            )
+        weight = table.get("weight")
+        if weight is not None:
+            _check_type(f"{prefix}.weight", weight, float)
+            if not math.isfinite(weight) or weight <= 0:
+                raise ConfigError(
+                    f"{prefix}.weight = {weight} must be > 0 and finite",
+                    hint="weights are relative shares, e.g. 3.0 and 1.0; drop the environment to leave it out",
+                )
         name = table.get("name", env_id)
         _check_type(f"{prefix}.name", name, str)
-        envs.append(EnvConfig(id=env_id, args=dict(args), weight=float(weight), name=name))
+        weight = None if weight is None else float(weight)
+        envs.append(EnvConfig(id=env_id, args=dict(args), weight=weight, name=name))
+    if len(envs) == 1 or any(e.weight is not None for e in envs):
+        # Once one table sets a weight, the others count 1.0; no weight at all keeps None.
+        envs = [dataclasses.replace(e, weight=1.0 if e.weight is None else e.weight) for e in envs]
     names = [e.name for e in envs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

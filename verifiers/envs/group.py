@@ -5,11 +5,23 @@ The group's dataset is the concatenation of its members' datasets with the
 ``env_names`` is given). Each rollout runs on the member its task names, and
 is scored by that member's rubric; a metric of another member's rubric is 0.0
 for it, so every result reports the same metric names.
+
+With ``weights`` (one positive number per member) the *training* dataset is a
+weighted mixture instead: it has as many rows as the members' training sets
+together, member ``k`` gets ``weights[k] / sum(weights)`` of them whatever its
+own size (rows repeated or subsampled, seeded by ``seed``), and the members'
+rows are interleaved so that every stretch of the dataset follows the weights.
+The trainer reads rows through ``get_dataset()``, so its prompts follow the
+weights; the eval split stays the plain concatenation.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import numbers
+import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from verifiers.envs.dataset_format import parse_info
@@ -93,10 +105,89 @@ def _concat(named: list[tuple[str, Any]]) -> Any:
     return Dataset.from_dict(columns)
 
 
-class EnvGroup(Environment):
-    """Route rollouts to member environments by ``task`` (see the module docstring)."""
+def check_weights(weights: Any, names: list[str]) -> list[float]:
+    """``weights`` as floats, one per member; a ``ConfigError`` naming the bad value otherwise."""
+    if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Sequence):
+        raise ConfigError(
+            f"EnvGroup weights must be a list with one number per env, got {type(weights).__name__}",
+            hint=f"e.g. weights=[{', '.join('1.0' for _ in names)}] for envs {names}",
+        )
+    if len(weights) != len(names):
+        raise ConfigError(
+            f"EnvGroup got {len(names)} envs but {len(weights)} weights",
+            hint="give one weight per env, in the order of envs",
+        )
+    out = []
+    for i, (name, w) in enumerate(zip(names, weights, strict=True)):
+        # bool is a numbers.Real; True as a weight is almost surely a mistake.
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w <= 0:
+            raise ConfigError(
+                f"EnvGroup weights[{i}] (env '{name}') = {w!r} is not a positive finite number",
+                hint="use a number > 0 such as 1.0 (weights are relative shares); "
+                "leave the env out of the group to give it no share",
+            )
+        out.append(float(w))
+    return out
 
-    def __init__(self, envs: list[Environment], env_names: list[str] | None = None, **kwargs: Any):
+
+def apportion(total: int, weights: list[float]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (largest remainders), at least 1 each."""
+    quotas = [total * w / sum(weights) for w in weights]
+    counts = [math.floor(q) for q in quotas]
+    by_remainder = sorted(range(len(weights)), key=lambda k: counts[k] - quotas[k])
+    for k in by_remainder[: total - sum(counts)]:
+        counts[k] += 1
+    # A weighted member must appear at all, even when its share rounds to no row.
+    return [max(1, c) for c in counts]
+
+
+def weighted_mixture(dataset: Any, weights: dict[str, float], seed: int = 0) -> Any:
+    """Rows of ``dataset`` (with a ``task`` column) drawn by ``weights`` (see the module docstring).
+
+    Each member's count comes from :func:`apportion`; a member with fewer rows
+    than its count contributes whole copies of its rows plus a seeded sample of
+    the rest, one with more contributes a seeded sample. Member ``k``'s ``c``
+    rows then sit at positions ``(j + u_k) / c`` (``u_k`` seeded), merged in
+    order of position, so any prefix of the result is within one row per member
+    of the weighted share.
+    """
+    rows_by_task: dict[str, list[int]] = {name: [] for name in weights}
+    for i, task in enumerate(dataset["task"]):
+        rows_by_task[task].append(i)
+    rng = random.Random(seed)
+    counts = apportion(len(dataset), list(weights.values()))
+    placed: list[tuple[float, int, int]] = []
+    for k, (rows, count) in enumerate(zip(rows_by_task.values(), counts, strict=True)):
+        copies, rest = divmod(count, len(rows))
+        picked = rows * copies + rng.sample(rows, rest)
+        rng.shuffle(picked)  # repeats and the sampled rows spread over the whole mixture
+        offset = rng.random()
+        placed += [((j + offset) / count, k, row) for j, row in enumerate(picked)]
+    placed.sort()
+    return dataset.select([row for _, _, row in placed])
+
+
+class EnvGroup(Environment):
+    """Route rollouts to member environments by ``task`` (see the module docstring).
+
+    Args:
+        envs: The member environments (one ``message_type``).
+        env_names: Each member's task name (default ``env_0``, ``env_1``, ...).
+        weights: Optional relative share of the training prompts per member
+            (positive finite numbers, in the order of ``envs``); ``None``: each
+            member contributes its whole training set once.
+        seed: Seed of the weighted mixture (which rows are repeated or left out,
+            and their order).
+    """
+
+    def __init__(
+        self,
+        envs: list[Environment],
+        env_names: list[str] | None = None,
+        weights: Sequence[float] | None = None,
+        seed: int = 0,
+        **kwargs: Any,
+    ):
         envs = list(envs)
         if not envs:
             raise ConfigError("EnvGroup needs at least one environment", hint="pass envs=[env_a, env_b]")
@@ -114,15 +205,31 @@ class EnvGroup(Environment):
         self.envs = envs
         self.env_names = names
         self.env_map: dict[str, Environment] = dict(zip(names, envs, strict=True))
-        train = [(n, e.dataset) for n, e in zip(names, envs, strict=True) if e.dataset is not None]
+        self.weights = check_weights(weights, names) if weights is not None else None
+        self.seed = seed
+        train = [
+            (n, e.dataset)
+            for n, e in zip(names, envs, strict=True)
+            if e.dataset is not None and len(e.dataset)
+        ]
         evals = [(n, e.eval_dataset) for n, e in zip(names, envs, strict=True) if e.eval_dataset is not None]
+        dataset = _concat(train) if train else None
+        if dataset is not None and self.weights is not None:
+            empty = [n for n in names if n not in dict(train)]
+            if empty:
+                raise ConfigError(
+                    f"EnvGroup env(s) {', '.join(empty)} have a weight but no training rows",
+                    hint="give them a training dataset, or leave them out of the weighted group",
+                )
+            dataset = weighted_mixture(dataset, dict(zip(names, self.weights, strict=True)), seed)
         kwargs.setdefault("message_type", types.pop())
         kwargs.setdefault("rubric", EnvGroupRubric(self.env_map))
-        super().__init__(
-            dataset=_concat(train) if train else None,
-            eval_dataset=_concat(evals) if evals else None,
-            **kwargs,
-        )
+        super().__init__(dataset=dataset, eval_dataset=_concat(evals) if evals else None, **kwargs)
+
+    def task_shares(self) -> dict[str, float]:
+        """Each member's share of the training rows (the weights' shares when weighted)."""
+        tasks = list(self.dataset["task"]) if self.dataset is not None else []
+        return {name: tasks.count(name) / max(1, len(tasks)) for name in self.env_names}
 
     def get_env_for_task(self, task: str) -> Environment:
         """The member environment that handles ``task``."""

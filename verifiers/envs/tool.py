@@ -6,12 +6,15 @@ Each tool's schema comes from its signature, type hints and docstring
 thread) and its result goes back as a ``role: "tool"`` message. Problems the
 model caused (unknown tool, arguments that are not a JSON object, a tool that
 raises or runs past ``tool_timeout``) become error text for the model, not
-exceptions. The rollout ends when the assistant calls no tool.
+exceptions. A call that runs past ``tool_timeout`` is also counted in the
+rollout's ``state["tool_timeouts"]`` (the trainer's metric ``errors/tool_timeout``)
+and logged once per tool. The rollout ends when the assistant calls no tool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import json
 from collections.abc import Callable
@@ -21,7 +24,13 @@ from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.errors import ConfigError
 from verifiers.types import ChatMessage, Messages, State
 from verifiers.utils.async_utils import call_maybe_async
+from verifiers.utils.logging import warn_once
 from verifiers.utils.tool_utils import function_to_tool_schema, tool_name
+
+# The state of the rollout whose tool calls are running (each rollout runs in its own
+# task, so this is per rollout): lets ``call_tool``, whose signature subclasses
+# override, count timeouts in the right state.
+_ROLLOUT_STATE: contextvars.ContextVar[State | None] = contextvars.ContextVar("vf_tool_state", default=None)
 
 
 class ToolEnv(MultiTurnEnv):
@@ -69,8 +78,12 @@ class ToolEnv(MultiTurnEnv):
     ) -> tuple[list[ChatMessage], State]:
         # Calls run one after another, in the model's order: tools may share state.
         replies = []
-        for call in messages[-1].get("tool_calls") or []:
-            replies.append(await self._run_tool_call(call, messages, state, **kwargs))
+        token = _ROLLOUT_STATE.set(state)
+        try:
+            for call in messages[-1].get("tool_calls") or []:
+                replies.append(await self._run_tool_call(call, messages, state, **kwargs))
+        finally:
+            _ROLLOUT_STATE.reset(token)
         return replies, state
 
     async def _run_tool_call(
@@ -123,12 +136,26 @@ class ToolEnv(MultiTurnEnv):
                 task.cancel()  # our timeout, or this rollout was cancelled
         if task.cancelled() or not task.done():
             # A sync tool's thread cannot be killed; it finishes in the background.
+            self._count_timeout(tool_name, timeout)
             return _tool_message(f"Error: tool {tool_name!r} timed out after {timeout:g}s", tool_call_id)
         err = task.exception()
         if err is not None:
             return _tool_message(str(self.error_formatter(err)), tool_call_id)
         result = task.result()
         return _tool_message(_result_text(result), tool_call_id)
+
+    def _count_timeout(self, tool_name: str, timeout: float | None) -> None:
+        state = _ROLLOUT_STATE.get()
+        if state is not None:
+            state["tool_timeouts"] = int(state.get("tool_timeouts") or 0) + 1
+        warn_once(
+            self.logger,
+            f"{type(self).__name__}.tool-timeout:{tool_name}",
+            "tool %r ran past tool_timeout=%gs; the model gets a timeout message instead of a result "
+            "(logged once; later ones are counted in state['tool_timeouts'], metric errors/tool_timeout)",
+            tool_name,
+            timeout or 0.0,
+        )
 
 
 def _result_text(result: Any) -> str:

@@ -20,6 +20,10 @@ Trainer operations (blocking; see verifiers/inference/server.py for the routes):
   state dict plus ``config``, or an adapter folder); returns the name to pass as
   ``model`` in requests (also kept in ``client.lora_name``).
 * ``reset_prefix_cache()``, ``pause(mode)``, ``resume()``, ``health()``, ``world_size()``.
+* After an outage: ``ping()`` (one health check, no retries), ``wait_for_server(timeout)``
+  (polls with exponential backoff until the server is ready again) and
+  ``lost_weights(health)`` (the server restarted: it no longer holds what this
+  client pushed). :func:`is_server_lost` tells an outage from other failures.
 
 Errors: every failure is a typed :class:`~verifiers.errors.ServerError` carrying
 the URL, HTTP status and body; weight and adapter updates raise
@@ -238,6 +242,49 @@ class VLLMClient:
                     f"server not ready within {timeout:.0f}s ({last})", "check the server's log", url=url
                 )
             time.sleep(poll)
+
+    # -- outages ---------------------------------------------------------------
+    def ping(self, timeout: float = 2.0) -> dict[str, Any] | None:
+        """One ``/vf/health`` call without retries: its body when the server is ready, else None."""
+        try:
+            resp = self._session.get(self.server_url + "/vf/health", timeout=timeout)
+            body = resp.json() if resp.status_code == 200 else None
+        except (requests.exceptions.RequestException, ValueError):
+            return None
+        return body if isinstance(body, dict) and body.get("status") == "ready" else None
+
+    def wait_for_server(
+        self, timeout: float = 300.0, *, first_delay: float = 0.5, max_delay: float = 8.0
+    ) -> dict[str, Any]:
+        """Wait until the server answers ready again, polling with exponential backoff.
+
+        For a server that went away mid-run (killed, restarting): unlike
+        ``wait_until_ready`` the polls thin out, so a long restart costs few requests.
+        Raises ``ServerUnreachableError`` if it is not back within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        delay = first_delay
+        while True:
+            health = self.ping(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+            if health is not None:
+                return health
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerUnreachableError(
+                    f"the server did not come back within {timeout:.0f}s",
+                    "restart vf-vllm on the same host and port, or raise vllm_server_timeout",
+                    url=self.server_url,
+                )
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, max_delay)
+
+    def lost_weights(self, health: Mapping[str, Any]) -> bool:
+        """Whether the server (per its ``health()``) no longer holds what this client pushed:
+        a lower weight version than the last commit, or a missing adapter (it restarted)."""
+        if int(health.get("weight_version") or 0) < self.version:
+            return True
+        adapters = (health.get("lora") or {}).get("adapters") or {}
+        return self.lora_name is not None and self.lora_name not in adapters
 
     # -- admin -----------------------------------------------------------------
     def reset_prefix_cache(self) -> bool:
@@ -469,6 +516,19 @@ class VLLMClient:
         self._session.close()
         if self._sync_openai is not None:
             self._sync_openai.close()
+
+
+def is_server_lost(err: BaseException | None) -> bool:
+    """Whether ``err`` (or an error it was raised from) means nothing answered at the server's
+    address: the server is down or restarting, as opposed to one that answered with an error."""
+    seen = 0
+    while err is not None and seen < 10:
+        if isinstance(err, ServerUnreachableError):
+            return True
+        if isinstance(err, WeightSyncError) and err.stage == "connect":
+            return True
+        err, seen = err.__cause__, seen + 1
+    return False
 
 
 class _NcclControl:

@@ -24,6 +24,10 @@ contract in ``docs/architecture.md`` ("Multi-turn token assembly"):
   what follows the prompt. With ``mask_env_responses`` only the assistant
   messages' spans keep mask 1 (found by tokenizing the message prefixes). Counted
   in ``metrics["retokenized"]``, warned about once.
+* A failed rollout (``state["error"]`` set: an env hook or a model call raised)
+  keeps whatever tokens it has but gets loss mask 0 everywhere: its reward of 0
+  says nothing about the model's text. Counted in ``metrics["failed"]``; one
+  without any turn is not counted as retokenized.
 
 Log-probs: ``completion_logprobs`` is aligned with ``completion_ids``. It holds the
 server's sampling log-prob for model tokens, ``0.0`` where the loss mask is 0, and
@@ -46,7 +50,7 @@ sample's loss mask to 0; ``zero_truncated_completions`` sets its reward to 0.
 
 Metrics (counts, as floats): ``rollouts``, ``samples``, ``template_rewrites``,
 ``retokenized``, ``truncated`` (samples), ``prompt_truncated`` (samples),
-``unknown_logprob_tokens``.
+``unknown_logprob_tokens``, ``failed`` (rollouts).
 """
 
 from __future__ import annotations
@@ -289,10 +293,20 @@ def process_rollouts(
         )
     out = ProcessedOutputs([], [], [], [], [], [], rollout_index=[], is_truncated=[], metrics={})
     counts = dict.fromkeys(
-        ("template_rewrites", "retokenized", "truncated", "prompt_truncated", "unknown_logprob_tokens"), 0
+        (
+            "template_rewrites",
+            "retokenized",
+            "truncated",
+            "prompt_truncated",
+            "unknown_logprob_tokens",
+            "failed",
+        ),
+        0,
     )
     for i, (state, reward) in enumerate(zip(states, rewards, strict=True)):
         turns = [as_turn_tokens(t) for t in (state.get("turn_tokens") or [])]
+        failed = state.get("error") is not None
+        counts["failed"] += int(failed)
         if _has_token_data(turns):
             samples = _assemble(turns, mask_env_responses)
             if samples is None:
@@ -305,13 +319,14 @@ def process_rollouts(
                 )
                 samples = _per_turn(turns)
         else:
-            counts["retokenized"] += 1
-            warn_once(
-                logger,
-                "tokens:retokenized",
-                "rollouts without token data (the endpoint returned no token ids) are retokenized with the "
-                "chat template; their log-probs are unknown (NaN) (metric retokenized)",
-            )
+            if not (failed and not turns):  # a rollout that failed before any turn has nothing to read
+                counts["retokenized"] += 1
+                warn_once(
+                    logger,
+                    "tokens:retokenized",
+                    "rollouts without token data (the endpoint returned no token ids) are retokenized with "
+                    "the chat template; their log-probs are unknown (NaN) (metric retokenized)",
+                )
             samples = [_retokenize(state, processing_class, mask_env_responses)]
 
         rollout_truncated = bool(state.get("is_truncated")) or any(t.finish_reason == "length" for t in turns)
@@ -320,7 +335,7 @@ def process_rollouts(
             truncated = rollout_truncated or cut
             counts["prompt_truncated"] += int(prompt_cut)
             counts["truncated"] += int(truncated)
-            if truncated and mask_truncated_completions:
+            if failed or (truncated and mask_truncated_completions):
                 sample.completion_mask = [0] * len(sample.completion_ids)
                 sample.completion_logprobs = [0.0] * len(sample.completion_ids)
             counts["unknown_logprob_tokens"] += sum(

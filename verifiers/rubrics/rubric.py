@@ -12,7 +12,10 @@ Scoring rules:
 - A function that raises, or returns something that is not a finite number,
   scores 0.0 for that rollout, is logged once per function, and sets the
   metric ``<name>_error`` to 1.0 for that rollout. Scoring never raises
-  because of a reward function, and NaN/inf never leave a rubric.
+  because of a reward function, and NaN/inf never leave a rubric. The
+  rollout's ``state["reward_errors"]`` maps each such function's name to
+  ``"raised"`` or ``"nonfinite"`` (NaN/inf), which the trainer counts as
+  ``errors/reward_fn`` and ``errors/nonfinite_reward``.
 - Within one rollout the functions run one after another, in order: they may
   share caches in ``state`` (a judge's answer, a parsed result), and a fixed
   order keeps those side effects deterministic. Concurrency is across rollouts.
@@ -50,6 +53,21 @@ INLINE_LIMIT_S = 0.005
 
 class RewardValueError(ValueError):
     """A reward function returned something other than a finite number."""
+
+
+class NonFiniteRewardError(RewardValueError):
+    """A reward function returned NaN or an infinity."""
+
+
+RAISED, NONFINITE = "raised", "nonfinite"
+"""Values of ``state["reward_errors"][name]``: the function raised (or returned a non-number), or
+returned NaN/inf."""
+
+
+def record_reward_errors(state: State | None, problems: dict[str, str]) -> None:
+    """Note in the rollout's state which reward functions failed, and how."""
+    if problems and isinstance(state, dict):
+        state.setdefault("reward_errors", {}).update(problems)
 
 
 def reward_func_name(func: Any) -> str:
@@ -204,8 +222,9 @@ class Rubric:
             "parser": self.parser,
         }
 
-    async def _call(self, spec: _RewardSpec, args: dict[str, Any]) -> tuple[float, bool]:
-        """Run one reward function: ``(score, errored)``; never raises (except cancellation)."""
+    async def _call(self, spec: _RewardSpec, args: dict[str, Any]) -> tuple[float, str | None]:
+        """Run one reward function: ``(score, problem)`` with problem None, ``RAISED`` or
+        ``NONFINITE``; never raises (except cancellation)."""
         kwargs = args if spec.wants is None else {name: args[name] for name in spec.wants}
         try:
             if spec.is_async:
@@ -219,7 +238,7 @@ class Rubric:
                     spec.slow = True
             if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine
                 result = await result
-            return _to_score(result), False
+            return _to_score(result), None
         except Exception as e:
             where = ""
             frames = traceback.extract_tb(e.__traceback__)
@@ -235,7 +254,7 @@ class Rubric:
                 type(e).__name__,
                 e,
             )
-            return 0.0, True
+            return 0.0, NONFINITE if isinstance(e, NonFiniteRewardError) else RAISED
 
     async def _score(
         self,
@@ -247,7 +266,8 @@ class Rubric:
         task: str | None,
         info: Info | None,
     ) -> tuple[list[float], list[bool]]:
-        """Every function's score and error flag for one rollout, in function order."""
+        """Every function's score and error flag for one rollout, in function order (failures
+        are also noted in ``state["reward_errors"]``)."""
         args = self._reward_func_args(
             prompt,
             completion,
@@ -258,10 +278,14 @@ class Rubric:
         )
         scores: list[float] = []
         errors: list[bool] = []
+        problems: dict[str, str] = {}
         for spec in specs:
-            score, errored = await self._call(spec, args)
+            score, problem = await self._call(spec, args)
             scores.append(score)
-            errors.append(errored)
+            errors.append(problem is not None)
+            if problem is not None:
+                problems[spec.name] = problem
+        record_reward_errors(state, problems)
         return scores, errors
 
     def _weighted(self, specs: list[_RewardSpec], scores: list[float]) -> float:
@@ -352,5 +376,5 @@ def _to_score(result: Any) -> float:
     except (TypeError, ValueError) as e:
         raise RewardValueError(f"returned {type(result).__name__}, not a number") from e
     if not math.isfinite(value):
-        raise RewardValueError(f"returned {value}, not a finite number")
+        raise NonFiniteRewardError(f"returned {value}, not a finite number")
     return value

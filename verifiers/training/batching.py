@@ -154,7 +154,7 @@ class TrainBatch:
 
     @property
     def num_loss_tokens(self) -> int:
-        """Trained tokens in the batch (``dapo``/``cispo`` normalize by this, summed over a step)."""
+        """Trained tokens in the batch."""
         return int(self.loss_mask_BT.sum())
 
     def to(self, device: torch.device | str) -> TrainBatch:

@@ -1,4 +1,5 @@
-"""What a GRPO checkpoint adds to ``transformers.Trainer``'s: the rollouts in flight.
+"""What a GRPO checkpoint adds to ``transformers.Trainer``'s: the rollouts in flight,
+and a mark that the checkpoint was written completely.
 
 ``Trainer`` already saves and restores the model or adapter, optimizer,
 scheduler, RNG and ``trainer_state.json`` (the optimizer step, so its dataloader
@@ -13,23 +14,46 @@ model:
   when the checkpoint was taken, if the step fell inside one (``num_iterations >
   1`` or ``steps_per_generation > gradient_accumulation_steps``), with the old and
   reference log-probs computed at its start.
+- ``checkpoint_complete.json`` (main process, written last): ``Trainer`` fills
+  ``checkpoint-<step>/`` file by file, so a run killed while saving leaves a folder
+  that looks like a checkpoint but is not one. Every file is flushed to disk
+  before the mark is written (atomically), so a folder with the mark is whole even
+  after a power loss, and resuming only ever picks marked folders.
 
-Files are pickles of our own dataclasses, written atomically (temp file + rename).
+Our files are pickles of our own dataclasses, each written atomically (temp file +
+rename).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from verifiers.errors import ConfigError
+from verifiers.utils.logging import warn_once
+
 logger = logging.getLogger("verifiers.training.checkpoint")
 
 GENERATOR_FILE = "generator_state.pt"
 BUFFER_FILE = "grpo_buffer_rank{rank}.pt"
+COMPLETE_FILE = "checkpoint_complete.json"
+INCOMPLETE_PREFIX = "incomplete-"  # a half-written checkpoint moved aside on resume
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _save(obj: Any, path: Path) -> None:
@@ -68,3 +92,129 @@ def has_optimizer_state(checkpoint_dir: str | os.PathLike) -> bool:
     return any((d / name).exists() for name in ("optimizer.pt", "optimizer.bin")) or any(
         d.glob("global_step*")
     )
+
+
+# ---- completeness --------------------------------------------------------------------------------
+def mark_complete(checkpoint_dir: str | os.PathLike, global_step: int) -> None:
+    """Flush every file of the checkpoint to disk, then write the mark (call after all files exist)."""
+    d = Path(checkpoint_dir)
+    for path in sorted(d.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            _fsync(path)
+    tmp = d / (COMPLETE_FILE + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"global_step": global_step, "files": sorted(p.name for p in d.iterdir())}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, d / COMPLETE_FILE)
+    _fsync(d)  # the rename itself
+
+
+def unmark(checkpoint_dir: str | os.PathLike) -> None:
+    """Before saving into ``checkpoint_dir``: a folder being (re)written is incomplete until marked."""
+    (Path(checkpoint_dir) / COMPLETE_FILE).unlink(missing_ok=True)
+
+
+def is_complete(checkpoint_dir: str | os.PathLike) -> bool:
+    return (Path(checkpoint_dir) / COMPLETE_FILE).is_file()
+
+
+def rotate(output_dir: str | os.PathLike, save_total_limit: int | None, keep: str | None = None) -> None:
+    """``save_total_limit`` done after marking: keep the newest ``save_total_limit`` complete checkpoints
+    (and ``keep``, the best one); delete the other folders older than the newest complete one.
+
+    ``Trainer`` rotates before our files and the mark are written, so a run killed
+    in between could be left with no complete checkpoint at all; ours runs after.
+    """
+    if not save_total_limit or save_total_limit <= 0:
+        return
+    found = checkpoints(output_dir)
+    complete = [p for _, p in found if is_complete(p)]
+    if not complete:
+        return
+    protected = {p.resolve() for p in complete[-save_total_limit:]}
+    if keep:
+        protected.add(Path(keep).resolve())
+    newest = complete[-1].resolve()
+    for _, folder in found:
+        if folder.resolve() == newest:
+            break
+        if folder.resolve() not in protected:
+            logger.info("deleting %s (save_total_limit=%d)", folder, save_total_limit)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``checkpoint-<step>`` folder in ``output_dir``, by step."""
+    d = Path(output_dir)
+    if not d.is_dir():
+        return []
+    found = [(m, p) for p in d.iterdir() if p.is_dir() and (m := _CHECKPOINT_RE.match(p.name))]
+    return sorted((int(m.group(1)), p) for m, p in found)
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The folder of the highest-step checkpoint in ``output_dir`` that was written completely."""
+    complete = [p for _, p in checkpoints(output_dir) if is_complete(p)]
+    return str(complete[-1]) if complete else None
+
+
+def resolve_resume(
+    output_dir: str | os.PathLike, resume_from_checkpoint: str | bool | None, *, is_main_process: bool = True
+) -> str | None:
+    """The checkpoint folder to resume from (``True``: the last complete one in ``output_dir``).
+
+    Checkpoints after the chosen one that were never completed (the run was
+    killed while saving) are moved aside to ``incomplete-checkpoint-<step>`` by
+    the main process, so the resumed run does not save into a folder holding
+    stale files, nor do ``Trainer``'s rotation and ``get_last_checkpoint`` see them.
+    """
+    if not resume_from_checkpoint:
+        return None
+    if resume_from_checkpoint is True:
+        chosen = last_complete_checkpoint(output_dir)
+        if chosen is None:
+            found = [p.name for _, p in checkpoints(output_dir)]
+            if found:
+                raise ConfigError(
+                    f"no complete checkpoint in {output_dir}: {', '.join(found)} lack {COMPLETE_FILE} "
+                    "(written last by GRPOTrainer; a run killed while saving leaves a folder without it)",
+                    hint="pass one folder as resume_from_checkpoint to resume from it anyway",
+                )
+            raise ConfigError(f"no checkpoint found in {output_dir}", hint="pass a checkpoint folder")
+    else:
+        chosen = os.fspath(resume_from_checkpoint)
+        if not Path(chosen).is_dir():
+            raise ConfigError(f"checkpoint folder {chosen} does not exist")
+        if not is_complete(chosen):
+            warn_once(
+                logger,
+                f"resume-incomplete:{chosen}",
+                "%s has no %s: it may be incomplete (written by an older version, or the run was killed "
+                "while saving it); resuming from it anyway",
+                chosen,
+                COMPLETE_FILE,
+            )
+    if is_main_process:
+        _move_incomplete_aside(Path(chosen))
+    return chosen
+
+
+def _move_incomplete_aside(chosen: Path) -> None:
+    m = _CHECKPOINT_RE.match(chosen.name)
+    if m is None:
+        return
+    step = int(m.group(1))
+    for later_step, folder in checkpoints(chosen.parent):
+        if later_step <= step or is_complete(folder):
+            continue
+        target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
+        n = 1
+        while target.exists():
+            target, n = folder.with_name(f"{INCOMPLETE_PREFIX}{folder.name}.{n}"), n + 1
+        os.replace(folder, target)
+        logger.warning(
+            "%s was not completely written (the run stopped while saving it): moved to %s",
+            folder,
+            target.name,
+        )

@@ -37,6 +37,7 @@ from verifiers.utils.logging import warn_once
 logger = logging.getLogger(__name__)
 
 DAPO_EPSILON_HIGH = 0.28  # the DAPO paper's clip-higher bound
+LORA_SYNC_MODES = ("auto", "adapter", "merged")
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -86,7 +87,9 @@ class GRPOConfig(TrainingArguments):
         1, "Generation batches produced ahead of training (0: synchronous); also the staleness bound."
     )
     async_generation_timeout: float = _f(
-        600.0, "Seconds the trainer waits for a generation batch before failing."
+        600.0,
+        "Seconds one generation batch may take; a batch that takes longer is regenerated from the "
+        "same prompts (twice at most), then the run fails.",
     )
     async_max_queue_size: int | None = _f(
         None, "Most finished batches waiting to be trained; None: sized from num_batches_ahead."
@@ -101,6 +104,12 @@ class GRPOConfig(TrainingArguments):
     vllm_server_timeout: float = _f(300.0, "Seconds to wait for the vf-vllm server to become ready.")
     sync_weights_timeout: float = _f(
         300.0, "Seconds one weight (or adapter) sync to the server may take before failing."
+    )
+    lora_sync: str = _f(
+        "auto",
+        "How a PEFT model reaches the server: 'adapter' (only the LoRA tensors; the server needs "
+        "--enable-lora), 'merged' (full weights with the adapter folded in), or 'auto': 'adapter' "
+        "on a GPU server, 'merged' on a CPU one, where vLLM runs LoRA through slow fallback kernels.",
     )
 
     # Objective.
@@ -161,6 +170,7 @@ class GRPOConfig(TrainingArguments):
         if self.epsilon_high is None:
             self.epsilon_high = DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
         self._validate_fields()
+        self._cpu_distributed_backend()
         try:
             super().__post_init__()
         except ConfigError:
@@ -175,6 +185,31 @@ class GRPOConfig(TrainingArguments):
             generation_batch_size=self.generation_batch_size,
             steps_per_generation=self.steps_per_generation,
         )
+
+    def _cpu_distributed_backend(self) -> None:
+        """Several processes on a machine without CUDA (``accelerate launch``): use gloo.
+
+        DeepSpeed does not pick it by itself (it then fails a ``train_batch_size``
+        assertion), and ``use_cpu`` / ``ACCELERATE_USE_CPU=1`` make accelerate skip
+        DeepSpeed altogether, which would leave a ZeRO-3-partitioned model untrained.
+        """
+        import os
+
+        def flag(name: str) -> bool:
+            return os.environ.get(name, "").lower() in ("1", "true", "yes")
+
+        if flag("ACCELERATE_USE_DEEPSPEED") and (self.use_cpu or flag("ACCELERATE_USE_CPU")):
+            raise ConfigError(
+                "use_cpu=True (or ACCELERATE_USE_CPU=1) makes accelerate ignore the DeepSpeed config",
+                hint="on a CPU-only machine launch DeepSpeed without use_cpu / ACCELERATE_USE_CPU "
+                "(gloo is then chosen automatically), e.g. accelerate launch --config_file "
+                "configs/zero3-cpu.yaml train.py",
+            )
+        if self.ddp_backend is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            import torch
+
+            if not torch.cuda.is_available():
+                self.ddp_backend = "gloo"
 
     def _validate_fields(self) -> None:
         """Checks that need no process count; they run before TrainingArguments sets up devices."""
@@ -224,6 +259,8 @@ class GRPOConfig(TrainingArguments):
                 1,
                 "or None to size it from num_batches_ahead",
             )
+        if self.lora_sync not in LORA_SYNC_MODES:
+            _fail(f"unknown lora_sync={self.lora_sync!r}", f"use one of: {', '.join(LORA_SYNC_MODES)}")
         for name in ("async_generation_timeout", "vllm_server_timeout", "sync_weights_timeout"):
             _positive(name, getattr(self, name), "a number of seconds")
         if not 1 <= self.vllm_server_port <= 65535:
@@ -323,6 +360,9 @@ def grpo_defaults(run_name: str, **overrides: Any) -> GRPOConfig:
     but no wandb installed it reports to tensorboard if installed, else nowhere.
     Each fallback logs one warning. ``bf16=True`` together with ``use_cpu=True``
     is kept (CPU bf16 autocast, asked for explicitly).
+
+    Checkpoints hold the model only (``save_only_model=True``, small); pass
+    ``save_only_model=False`` for checkpoints that resume exactly (optimizer included).
     """
     args: dict[str, Any] = dict(
         output_dir=f"outputs/{run_name}",

@@ -13,9 +13,21 @@ Three pieces, from the data outwards:
 - ``BatchGenerator``: a thread with its own event loop that runs the producer
   ahead of training. Batch ``i`` may start only once ``i - num_batches_ahead``
   batches are trained (so no sample is more than ``num_batches_ahead`` policy
-  versions old), at most ``max_queue_size`` finished batches wait, the main thread
-  waits at most ``timeout`` seconds for a batch, and a failure in the thread is
-  raised in the main thread as ``GenerationError`` with the cause chained.
+  versions old), at most ``max_queue_size`` finished batches wait, and a failure
+  in the thread is raised in the main thread as ``GenerationError`` with the
+  cause chained.
+
+Faults the generator rides out, each counted in the batch's metrics and logged once:
+
+- A batch that takes longer than ``timeout`` is cancelled and generated again
+  from the same prompts (the prompt cursor is rewound), up to ``max_retries``
+  times (``errors/generation_timeout``); then it is an error.
+- A server that stops answering (rollouts fail with ``ServerUnreachableError``):
+  the batch is dropped and rewound, the thread polls the server with backoff
+  until it is back (at most ``server_timeout`` seconds), asks the trainer for a
+  weight re-sync (a restarted server serves its base weights), waits for it,
+  and generates the batch again (``errors/server_restarts``). The trainer sees
+  the request as ``get(i, resync=True)`` returning :data:`RESYNC`.
 
 Batch indices count generation batches from the start of training; a policy
 version is the number of generation batches trained (and synced) so far.
@@ -32,15 +44,23 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from verifiers.errors import GenerationError
+from verifiers.envs.model_client import client_url
+from verifiers.errors import GenerationError, ServerUnreachableError
 from verifiers.types import GenerateOutputs, ProcessedOutputs
+from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.generator")
 
 # Rollout state keys kept after processing: enough for metrics and sample tables,
 # small and picklable (raw responses and per-turn tokens are dropped once the token
 # data is built, so pending batches can be saved with a checkpoint).
-LEAN_STATE_KEYS = ("is_truncated", "error", "timing", "turn")
+LEAN_STATE_KEYS = ("is_truncated", "error", "timing", "turn", "reward_errors", "tool_timeouts")
+
+RESYNC = "vf:resync"
+"""What ``BatchGenerator.get(i, resync=True)`` returns when the server came back from an
+outage and the trainer must push its weights again before the batch can be generated."""
+
+UNREACHABLE_PREFIX = f"{ServerUnreachableError.__name__}:"
 
 
 @dataclass
@@ -67,6 +87,9 @@ class Producer(Protocol):
     async def produce(self, index: int, policy_version: int) -> GeneratedBatch: ...
 
     def state_dict(self) -> dict[str, Any]: ...
+
+    # Optional: ``load_state_dict(state)`` puts the producer back where ``state_dict()``
+    # was taken, so a failed attempt at a batch is retried with the same prompts.
 
 
 class PromptStream:
@@ -194,6 +217,9 @@ class RolloutProducer:
     def state_dict(self) -> dict[str, Any]:
         return self.stream.state_dict()
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.cursor = int(state["cursor"])
+
     async def _generate_groups(self, rows: list[dict[str, Any]], index: int, round_: int) -> GenerateOutputs:
         """Rollouts for ``rows``, each repeated ``num_generations`` times, group-major."""
         G = self.num_generations
@@ -221,8 +247,22 @@ class RolloutProducer:
             )
             for j in range(G)
         ]
-        parts = await asyncio.gather(*calls)
+        # return_exceptions: one call failing must not leave its siblings running into a retry.
+        parts = await asyncio.gather(*calls, return_exceptions=True)
+        for part in parts:
+            if isinstance(part, BaseException):
+                raise part
         return merge_outputs(parts, [(j, p) for p in range(len(rows)) for j in range(G)])
+
+    def _raise_if_server_lost(self, out: GenerateOutputs) -> None:
+        """Rollouts that could not reach the server say nothing about the model: the whole
+        batch is generated again once the server is back (see ``BatchGenerator``)."""
+        lost = sum(1 for s in out.state if str(s.get("error") or "").startswith(UNREACHABLE_PREFIX))
+        if lost:
+            raise ServerUnreachableError(
+                f"{lost} of {len(out)} rollouts could not reach the model server",
+                url=client_url(self.client) or None,
+            )
 
     async def produce(self, index: int, policy_version: int) -> GeneratedBatch:
         start = time.perf_counter()
@@ -236,6 +276,7 @@ class RolloutProducer:
                 break
             rows = [dict(self.dataset[i]) for i in self.stream.take(need)]
             out = await self._generate_groups(rows, index, round_)
+            self._raise_if_server_lost(out)
             if len(out) != need * G:
                 raise GenerationError(f"a_generate returned {len(out)} rollouts for {need * G} inputs")
             generated_groups += need
@@ -273,6 +314,12 @@ class BatchGenerator:
     async HTTP client serves both. To resume, pass ``start_index`` (batches trained),
     ``next_index`` (first batch never generated) and the ``pending`` batches from
     ``state_dict()``.
+
+    Each attempt at a batch may take ``timeout`` seconds; a batch is attempted
+    ``1 + max_retries`` times before its timeout is an error. ``server`` (an
+    object with ``ping() -> dict | None``, e.g. ``VLLMClient``) enables riding out
+    server outages (see the module docstring); the trainer reports every
+    weight sync with ``resynced()``.
     """
 
     def __init__(
@@ -285,6 +332,9 @@ class BatchGenerator:
         start_index: int = 0,
         next_index: int | None = None,
         pending: Sequence[GeneratedBatch] = (),
+        max_retries: int = 2,
+        server: Any = None,
+        server_timeout: float = 300.0,
     ):
         if num_batches_ahead < 0:
             raise GenerationError(f"num_batches_ahead must be >= 0, got {num_batches_ahead}")
@@ -292,6 +342,8 @@ class BatchGenerator:
         self.ahead = num_batches_ahead
         self.max_queue_size = max(1, max_queue_size if max_queue_size is not None else num_batches_ahead)
         self.timeout = timeout
+        self.max_retries = max(0, max_retries)
+        self.server, self.server_timeout = server, server_timeout
         self._cond = threading.Condition()
         self._ready: dict[int, GeneratedBatch] = {b.index: b for b in pending}
         self._trained = start_index
@@ -305,6 +357,11 @@ class BatchGenerator:
         self._wake: asyncio.Event | None = None
         self._worker_task: asyncio.Task | None = None
         self._started = threading.Event()
+        self._progress = time.monotonic()  # last time the thread started or recovered an attempt
+        self._recovering = False  # waiting for the server to come back, or for a re-sync
+        self._resync_wanted = False
+        self._syncs = 0  # weight syncs the trainer reported (resynced())
+        self._rewind_state: dict[str, Any] | None = None  # producer state before the in-flight batch
 
     # ---- main thread ----
     def start(self) -> BatchGenerator:
@@ -314,20 +371,33 @@ class BatchGenerator:
             raise GenerationError("generator thread did not start within 30 s")
         return self
 
-    def get(self, index: int) -> GeneratedBatch:
-        """Batch ``index``, waiting up to ``timeout`` s; raises ``GenerationError`` on failure."""
+    def get(self, index: int, resync: bool = False) -> GeneratedBatch | str:
+        """Batch ``index``; raises ``GenerationError`` on failure.
+
+        Waits while the thread works on it (each attempt is bounded by ``timeout``,
+        recovery from an outage by ``server_timeout``). With ``resync=True`` it
+        returns :data:`RESYNC` instead when the thread needs the weights pushed
+        again; the caller syncs (which calls ``resynced()``) and asks again.
+        """
         if index > self._trained + self.ahead:
             raise GenerationError(
                 f"batch {index} requested but only {self._trained} batches are trained "
                 f"(num_batches_ahead={self.ahead}); call mark_trained first"
             )
-        deadline = time.monotonic() + self.timeout
+        called = time.monotonic()
         with self._cond:
             while index not in self._ready:
                 self._raise_if_failed(index)
                 if index < self._next and self._in_flight != index:
                     raise GenerationError(f"batch {index} was already consumed or skipped")
+                if resync and self._resync_wanted:
+                    return RESYNC
+                # A safety net: the thread bounds each attempt itself, so this fires only if
+                # it stalls outside one (1 s of grace lets its own timeout report first).
+                deadline = max(called, self._progress) + self.timeout + 1.0
                 remaining = deadline - time.monotonic()
+                if self._recovering:
+                    remaining = 1.0
                 if remaining <= 0:
                     raise GenerationError(
                         f"batch {index} not ready after {self.timeout:.0f} s",
@@ -343,6 +413,14 @@ class BatchGenerator:
             )
         return batch
 
+    def resynced(self) -> None:
+        """The trainer pushed its weights to the server (call after every successful sync)."""
+        with self._cond:
+            self._syncs += 1
+            self._resync_wanted = False
+            self._cond.notify_all()
+        self._notify_thread()
+
     def mark_trained(self, num_trained: int) -> None:
         with self._cond:
             self._trained = max(self._trained, num_trained)
@@ -351,6 +429,23 @@ class BatchGenerator:
     @property
     def trained(self) -> int:
         return self._trained
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no batch is being generated; returns whether none is.
+
+        The trainer calls it before pushing weights, so that every batch is sampled
+        from one policy version (weights changing mid-batch would make a seeded run
+        depend on timing). Returns at once while the thread waits for the server to
+        come back (it needs a sync), and gives up after ``timeout`` (default: ``self.timeout``).
+        """
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        with self._cond:
+            while self._in_flight is not None and self._error is None and self.alive and not self._recovering:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 1.0))
+            return self._in_flight is None
 
     def run(self, coro: Awaitable[Any], timeout: float | None = None) -> Any:
         """Run ``coro`` in the generator's event loop and return its result."""
@@ -368,6 +463,15 @@ class BatchGenerator:
         deadline = time.monotonic() + self.timeout
         with self._cond:
             while self._in_flight is not None and self._error is None and self.alive:
+                if self._recovering and self._rewind_state is not None:
+                    # The server is away: save the in-flight batch as never started (the
+                    # producer as it was before it), rather than wait for the server.
+                    return {
+                        "trained": self._trained,
+                        "next": self._in_flight,
+                        "pending": [self._ready[i] for i in sorted(self._ready)],
+                        "producer": dict(self._rewind_state),
+                    }
                 if time.monotonic() > deadline:
                     raise GenerationError(
                         f"batch {self._in_flight} still generating after {self.timeout:.0f} s"
@@ -459,20 +563,19 @@ class BatchGenerator:
                     return
                 index = self._next if self._may_start() else None
                 if index is not None:
-                    self._in_flight, version = index, self._trained
+                    self._in_flight = index
+                    self._rewind_state = self._producer_state()
             if index is None:
                 await self._wake.wait()
                 continue
             try:
-                batch = await asyncio.wait_for(self.producer.produce(index, version), self.timeout)
+                batch = await self._produce_with_retries(index)
             except asyncio.CancelledError:
                 with self._cond:
                     self._in_flight = None
                     self._cond.notify_all()
                 raise
             except BaseException as e:  # noqa: BLE001 - surfaced in the main thread by get()
-                if isinstance(e, asyncio.TimeoutError):
-                    e = GenerationError(f"batch {index} took longer than {self.timeout:.0f} s")
                 with self._cond:
                     self._error, self._in_flight = (index, e), None
                     self._cond.notify_all()
@@ -481,7 +584,121 @@ class BatchGenerator:
                 self._ready[index] = batch
                 self._next, self._in_flight = index + 1, None
                 self._cond.notify_all()
-            logger.debug("batch %d ready in %.2f s (policy version %d)", index, batch.generation_s, version)
+            logger.debug(
+                "batch %d ready in %.2f s (policy version %d)",
+                index,
+                batch.generation_s,
+                batch.policy_version,
+            )
+
+    def _producer_state(self) -> dict[str, Any] | None:
+        if not hasattr(self.producer, "load_state_dict"):
+            return None
+        return dict(self.producer.state_dict())
+
+    def _rewind(self) -> None:
+        """Put the producer back to where it was before this batch: the retry takes the same prompts."""
+        if self._rewind_state is not None:
+            self.producer.load_state_dict(dict(self._rewind_state))
+
+    async def _produce_with_retries(self, index: int) -> GeneratedBatch:
+        """One batch, retried after a timeout or a server outage (counted in its metrics)."""
+        timeouts = outages = 0
+        while True:
+            with self._cond:
+                version, self._progress = self._trained, time.monotonic()
+            try:
+                batch = await asyncio.wait_for(self.producer.produce(index, version), self.timeout)
+                break
+            except asyncio.TimeoutError:
+                timeouts += 1
+                if timeouts > self.max_retries:
+                    raise GenerationError(
+                        f"batch {index} took longer than {self.timeout:g} s, {timeouts} times",
+                        hint="raise async_generation_timeout, or check that the vLLM server is generating",
+                    ) from None
+                warn_once(
+                    logger,
+                    "generation-timeout",
+                    "generation batch %d took longer than async_generation_timeout=%g s; cancelled and "
+                    "generating it again from the same prompts (logged once; counted in "
+                    "errors/generation_timeout)",
+                    index,
+                    self.timeout,
+                )
+            except ServerUnreachableError as e:
+                if self.server is None or outages >= 10:
+                    raise
+                outages += 1
+                await self._recover(index, e)
+            self._rewind()
+        batch.metrics["errors/generation_timeout"] = float(timeouts)
+        batch.metrics["errors/server_restarts"] = float(outages)
+        return batch
+
+    async def _recover(self, index: int, err: BaseException) -> None:
+        """Wait (backoff) until the server is back, then until the trainer re-synced its weights."""
+        assert self._wake is not None
+        warn_once(
+            logger,
+            "server-lost",
+            "the vLLM server stopped answering (%s); waiting up to %.0f s for it to come back, then "
+            "re-syncing the weights and going on (logged once; counted in errors/server_restarts)",
+            err,
+            self.server_timeout,
+        )
+        with self._cond:
+            self._recovering = True
+        try:
+            health = await self._await_server()
+            restarted = getattr(self.server, "lost_weights", lambda h: True)(health)
+            logger.info(
+                "the vLLM server is back%s; batch %d is generated again after a weight re-sync",
+                " (restarted: it lost the synced weights)" if restarted else "",
+                index,
+            )
+            deadline = time.monotonic() + self.server_timeout
+            with self._cond:
+                synced_before, self._resync_wanted = self._syncs, True
+                self._cond.notify_all()
+            while True:
+                self._wake.clear()  # before checking: a wake-up after the check still wakes us
+                with self._cond:
+                    if self._stopping or self._syncs > synced_before:
+                        break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise GenerationError(
+                        f"the trainer did not re-sync its weights within {self.server_timeout:.0f} s "
+                        f"after the server came back (batch {index})"
+                    )
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(left, 1.0))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            with self._cond:
+                self._recovering = self._resync_wanted = False
+                self._progress = time.monotonic()
+                self._cond.notify_all()
+
+    async def _await_server(self) -> dict[str, Any]:
+        """Poll ``server.ping()`` with exponential backoff until it answers ready."""
+        deadline = time.monotonic() + self.server_timeout
+        delay = 0.5
+        while True:
+            health = await asyncio.to_thread(self.server.ping)
+            if health is not None:
+                return health
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerUnreachableError(
+                    f"the model server did not come back within {self.server_timeout:.0f} s",
+                    hint="restart vf-vllm on the same host and port, or raise vllm_server_timeout",
+                    url=client_url(self.server) or None,
+                )
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 8.0)
 
 
 def sampling_args_from_config(args: Any) -> dict[str, Any]:
@@ -553,4 +770,6 @@ def build_generator(
         start_index=trained,
         next_index=state["next"] if state else None,
         pending=state["pending"] if state else (),
+        server=client if callable(getattr(client, "ping", None)) else None,
+        server_timeout=args.vllm_server_timeout,
     ).start()

@@ -98,18 +98,3 @@ def scoring_inputs(
         "loss_mask_BT": loss_mask_BT[:, start:width],
         "sampling_logprobs_BT": sampling_logprobs_BT[:, start:width],
     }
-
-
-def loss_tokens_per_step(
-    loss_masks_per_process: list[list[Tensor]], gradient_accumulation_steps: int
-) -> list[float]:
-    """Loss tokens of each optimizer step, all processes together (``dapo``/``cispo`` normalize by it).
-
-    ``loss_masks_per_process[p][m]`` is process ``p``'s micro-batch ``m``; an
-    optimizer step is ``gradient_accumulation_steps`` consecutive micro-batches.
-    """
-    per_micro = [
-        sum(float(mask.sum()) for mask in column) for column in zip(*loss_masks_per_process, strict=True)
-    ]
-    GA = gradient_accumulation_steps
-    return [sum(per_micro[i : i + GA]) for i in range(0, len(per_micro), GA)]

@@ -31,6 +31,20 @@ band-masked tokens); normalizers count the *loss* mask, so masking a token for a
 bad importance weight removes its gradient without up-weighting its neighbours.
 A sequence with no loss tokens contributes nothing and, for per-sequence means,
 is not counted. An all-masked batch gives loss 0 (with a graph), never NaN.
+
+Across micro-batches and processes: an optimizer step is split into
+``gradient_accumulation_steps`` micro-batches on each of ``P`` processes. Every
+loss type but ``bnpo`` normalizes by a count over the *whole step*
+(``STEP_COUNTS``: sequences, sequences with loss tokens, or loss tokens), given
+as ``step_count``; a micro-batch's loss is then its share of the step's mean and
+the trainer sums them (``step_loss_scale`` undoes Trainer's division by the
+accumulation steps and the gradient averaging across processes). So the step's
+gradient does not depend on how the step is split: 2 processes give what 1
+process gives on the same batch. A per-micro-batch mean would not: with
+unequal micro-batches (sequences without loss tokens, a rollout trained as one
+sample per turn) each micro-batch's mean would weigh its rows differently.
+``bnpo`` is by definition a mean over one micro-batch's tokens (``dapo`` is its
+step-wide version).
 """
 
 from __future__ import annotations
@@ -64,7 +78,7 @@ class LossInputs:
     epsilon_high: float
     delta: float | None
     max_completion_length: int | None
-    num_loss_tokens: float | None
+    step_count: float | None
 
 
 def compute_loss(
@@ -83,19 +97,19 @@ def compute_loss(
     is_cap: float | None = DEFAULT_IS_CAP,
     is_mask_band: tuple[float | None, float | None] | None = DEFAULT_IS_MASK_BAND,
     max_completion_length: int | None = None,
-    num_loss_tokens: float | None = None,
+    step_count: float | None = None,
     entropy_BT: Tensor | None = None,
 ) -> tuple[Tensor, LossStats]:
     """The ``loss_type`` loss of one micro-batch and its stats.
 
     ``old_logprobs_BT=None`` means on-policy (``logprobs_BT.detach()``, ratio 1);
     ``sampling_logprobs_BT=None`` means no importance-sampling correction.
-    ``max_completion_length`` is ``dr_grpo``'s constant. ``num_loss_tokens`` (for
-    ``dapo`` and ``cispo``) is the number of loss tokens in the whole optimizer step
-    (all micro-batches, all processes); the returned loss is then this micro-batch's
-    share of one token mean, so the trainer sums (not averages) micro-batches, and
-    multiplies by the number of processes if gradients are averaged across them.
-    None: this micro-batch's count.
+    ``max_completion_length`` is ``dr_grpo``'s constant. ``step_count`` is
+    ``loss_type``'s normalizer (``STEP_COUNTS``) counted over the whole optimizer step
+    (all micro-batches, all processes; see ``step_counts``); the returned loss is
+    then this micro-batch's share of the step's mean, to be multiplied by
+    ``step_loss_scale`` and summed. None: this micro-batch's own count. ``bnpo``
+    ignores it.
 
     Stats (detached scalars): ``loss``, ``kl``, ``clip_ratio/{low,high,region}``,
     ``importance_ratio/{mean,min,max}`` (before truncation, over loss tokens),
@@ -127,7 +141,7 @@ def compute_loss(
         epsilon_high=epsilon_high,
         delta=delta,
         max_completion_length=max_completion_length,
-        num_loss_tokens=num_loss_tokens,
+        step_count=step_count,
     )
     loss, stats = LOSS_FUNCTIONS[loss_type](inputs)
     stats["loss"] = loss.detach()
@@ -145,10 +159,9 @@ def grpo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
     """GRPO (DeepSeekMath): token mean within each sequence, then mean over sequences."""
     token_loss_BT, stats = _ppo_token_loss(x)
     per_seq_B = _sum_T(token_loss_BT, x.mask_BT) / x.loss_mask_BT.sum(-1).clamp(min=1)
-    has_tokens_B = x.loss_mask_BT.any(-1)
     # Departure: sequences without loss tokens (e.g. masked truncations) are not
     # counted in the batch mean, so they do not shrink the others' gradients.
-    return per_seq_B.sum() / has_tokens_B.sum().clamp(min=1), stats
+    return per_seq_B.sum() / _normalizer(x, "grpo"), stats
 
 
 def bnpo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
@@ -162,14 +175,15 @@ def dr_grpo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
     if x.max_completion_length is None:
         raise ValueError("loss_type 'dr_grpo' needs max_completion_length (its constant normalizer)")
     token_loss_BT, stats = _ppo_token_loss(x)
-    B = x.logprobs_BT.shape[0]
-    return _sum_T(token_loss_BT, x.mask_BT).sum() / (B * x.max_completion_length), stats
+    return _sum_T(token_loss_BT, x.mask_BT).sum() / (
+        _normalizer(x, "dr_grpo") * x.max_completion_length
+    ), stats
 
 
 def dapo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
     """DAPO: token-level mean over every loss token of the optimizer step; clip-higher via ε_high."""
     token_loss_BT, stats = _ppo_token_loss(x)
-    return _sum_T(token_loss_BT, x.mask_BT).sum() / _step_token_count(x), stats
+    return _sum_T(token_loss_BT, x.mask_BT).sum() / _normalizer(x, "dapo"), stats
 
 
 def cispo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
@@ -186,7 +200,7 @@ def cispo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
     token_loss_BT = -objective_BT * _truncated_is_weight(x) + _kl_term(x)
     clipped_BT = (ratio_BT > 1.0 + x.epsilon_high) & x.mask_BT
     stats = _clip_stats(torch.zeros_like(clipped_BT), clipped_BT, x.mask_BT)
-    return _sum_T(token_loss_BT, x.mask_BT).sum() / _step_token_count(x), stats
+    return _sum_T(token_loss_BT, x.mask_BT).sum() / _normalizer(x, "cispo"), stats
 
 
 def gspo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
@@ -207,7 +221,7 @@ def gspo_loss(x: LossInputs) -> tuple[Tensor, LossStats]:
     if x.kl_BT is not None:
         seq_loss_B = seq_loss_B + x.beta * _sum_T(x.kl_BT, x.mask_BT) / counts_B
     has_tokens_B = x.mask_BT.any(-1)
-    loss = torch.where(has_tokens_B, seq_loss_B, 0.0).sum() / x.loss_mask_BT.any(-1).sum().clamp(min=1)
+    loss = torch.where(has_tokens_B, seq_loss_B, 0.0).sum() / _normalizer(x, "gspo")
     stats = _clip_stats(low_B & has_tokens_B, high_B & has_tokens_B, has_tokens_B, delta_B & has_tokens_B)
     return loss, stats
 
@@ -221,6 +235,56 @@ LOSS_FUNCTIONS: dict[str, Callable[[LossInputs], tuple[Tensor, LossStats]]] = {
     "gspo": gspo_loss,
 }
 LOSS_TYPES: tuple[str, ...] = tuple(LOSS_FUNCTIONS)
+
+
+def _sequences(loss_mask_BT: Tensor) -> int:
+    return int(loss_mask_BT.shape[0])
+
+
+def _sequences_with_tokens(loss_mask_BT: Tensor) -> int:
+    return int(loss_mask_BT.bool().any(-1).sum())
+
+
+def _tokens(loss_mask_BT: Tensor) -> int:
+    return int(loss_mask_BT.bool().sum())
+
+
+# What each loss type divides by, counted on a loss mask; summed over a whole optimizer step
+# by the trainer (``bnpo`` is absent: its mean is over one micro-batch by definition).
+STEP_COUNTS: dict[str, Callable[[Tensor], int]] = {
+    "grpo": _sequences_with_tokens,
+    "gspo": _sequences_with_tokens,
+    "dr_grpo": _sequences,  # times max_completion_length
+    "dapo": _tokens,
+    "cispo": _tokens,
+}
+
+
+def step_counts(
+    loss_type: str, loss_masks_per_process: list[list[Tensor]], gradient_accumulation_steps: int
+) -> list[float]:
+    """``loss_type``'s normalizer for each optimizer step of a generation batch; ``[]`` without one.
+
+    ``loss_masks_per_process[p][m]`` is process ``p``'s micro-batch ``m`` (every process
+    receives the whole generation batch, so each can count every process's share); an
+    optimizer step is ``gradient_accumulation_steps`` consecutive micro-batches of every process.
+    """
+    count = STEP_COUNTS.get(loss_type)
+    if count is None:
+        return []
+    per_micro = [sum(count(m) for m in column) for column in zip(*loss_masks_per_process, strict=True)]
+    GA = gradient_accumulation_steps
+    return [float(sum(per_micro[i : i + GA])) for i in range(0, len(per_micro), GA)]
+
+
+def step_loss_scale(loss_type: str, gradient_accumulation_steps: int, num_processes: int) -> float:
+    """The factor for a micro-batch's loss so the step's gradient is that of the summed shares.
+
+    ``transformers.Trainer`` divides each micro-batch's loss by the accumulation steps and
+    DDP / DeepSpeed average gradients across processes: right for per-micro-batch means,
+    but a loss computed with ``step_count`` is already a share of the step's mean.
+    """
+    return float(gradient_accumulation_steps * num_processes) if loss_type in STEP_COUNTS else 1.0
 
 
 # --- shared pieces -------------------------------------------------------------------------------
@@ -278,10 +342,10 @@ def _in_band(log_w_BT: Tensor, band: tuple[float | None, float | None] | None) -
     return in_band
 
 
-def _step_token_count(x: LossInputs) -> Tensor | float:
-    if x.num_loss_tokens is not None:
-        return max(float(x.num_loss_tokens), 1.0)
-    return x.loss_mask_BT.sum().clamp(min=1)
+def _normalizer(x: LossInputs, loss_type: str) -> float:
+    """The step's count when given, else this micro-batch's own (at least 1, so never NaN)."""
+    n = x.step_count if x.step_count is not None else STEP_COUNTS[loss_type](x.loss_mask_BT)
+    return max(float(n), 1.0)
 
 
 def _sum_T(x_BT: Tensor, mask_BT: Tensor) -> Tensor:

@@ -5,6 +5,10 @@ Names users read in logs and W&B: ``reward``, ``reward_std``, ``rewards/<func>``
 ``completion_length/{mean,min,max}``, ``truncated_frac``, ``zero_std_groups_frac``,
 ``filtered_groups_frac``, ``template_rewrites``, ``rollout_errors``, and times
 ``time/generation_s``, ``time/sync_s``, ``time/train_s``.
+
+Failure counters (per step, summed rather than averaged; see ``FAILURE_METRICS``):
+a failure never stops a run; it is counted here and logged once (``warn_once``),
+not once per sample.
 """
 
 from __future__ import annotations
@@ -17,17 +21,46 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.types import GenerateOutputs, ProcessedOutputs
+from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.metrics")
 
 CURVES_FILE = "curves.png"
+
+FAILURE_METRICS = {
+    "errors/reward_fn": "rollouts in which a reward function raised (or returned a non-number); it scored 0",
+    "errors/nonfinite_reward": "rollouts whose reward (or a reward function's score) was NaN or infinite; "
+    "scored 0",
+    "errors/env_response": "rollouts ended by an exception in env_response (reward 0, not trained)",
+    "errors/tool_timeout": "tool calls that ran past tool_timeout (the model got a timeout message)",
+    "errors/generation_timeout": "generation attempts that took longer than async_generation_timeout; "
+    "the batch was generated again",
+    "errors/server_restarts": "times the vLLM server stopped answering; the trainer waited for it, "
+    "re-synced its weights and went on",
+    "completions/empty": "rollouts whose completion was empty (the model stopped at once)",
+}
+"""Failure counters: name -> what one count means."""
+
+SUMMED_PREFIXES = ("errors/", "completions/")
+"""Metrics whose values within a step add up (counts) instead of being averaged."""
+
+# Counters every training batch reports, 0 when nothing happened: a flat line in the
+# logs says "no failures" rather than "not measured".
+BATCH_COUNTERS = (
+    "errors/reward_fn",
+    "errors/nonfinite_reward",
+    "errors/env_response",
+    "errors/tool_timeout",
+    "completions/empty",
+)
 
 
 class MetricsAccumulator:
     """Sums of named values since the last ``pop``; ``pop`` returns their means.
 
     ``min``/``max`` metrics (names ending in ``/min`` or ``/max``) keep the extreme
-    instead of the mean, so ``importance_ratio/max`` is the step's max.
+    instead of the mean, so ``importance_ratio/max`` is the step's max; counters
+    (names starting with one of ``SUMMED_PREFIXES``) keep the sum.
     """
 
     def __init__(self) -> None:
@@ -48,7 +81,10 @@ class MetricsAccumulator:
                 self._count[name] += 1
 
     def pop(self) -> dict[str, float]:
-        out = {name: self._sum[name] / self._count[name] for name in self._sum}
+        out = {
+            name: self._sum[name] if name.startswith(SUMMED_PREFIXES) else self._sum[name] / self._count[name]
+            for name in self._sum
+        }
         out.update(self._extreme)
         self.__init__()
         return out
@@ -80,6 +116,7 @@ def rollout_metrics(
             out[f"rewards/{name}"] = sum(values) / len(values)
     states = outputs.state
     out["rollout_errors"] = float(sum(1 for s in states if s.get("error")))
+    out.update(failure_counts(outputs))
     if processed is not None and len(processed):
         lengths = [sum(1 for _ in ids) for ids in processed.completion_ids]
         out["completion_length/mean"] = sum(lengths) / len(lengths)
@@ -90,6 +127,67 @@ def rollout_metrics(
         out["template_rewrites"] = float(processed.metrics.get("template_rewrites", 0.0))
         out["samples_per_rollout"] = len(processed) / n
     return out
+
+
+def _is_empty(completion: Any) -> bool:
+    """No text and no tool call from the model (an assistant turn that stopped at once)."""
+    if isinstance(completion, str):
+        return completion == ""
+    turns = [m for m in completion or [] if isinstance(m, Mapping) and m.get("role") == "assistant"]
+    return all(not m.get("content") and not m.get("tool_calls") for m in turns)
+
+
+def failure_counts(outputs: GenerateOutputs) -> dict[str, float]:
+    """The per-batch counters of ``BATCH_COUNTERS``, read from the rollouts' states."""
+    raised = nonfinite = env_response = tool_timeouts = empty = 0
+    for state, completion in zip(outputs.state, outputs.completion, strict=True):
+        kinds = set((state.get("reward_errors") or {}).values())
+        raised += "raised" in kinds
+        nonfinite += "nonfinite" in kinds
+        error = state.get("error")
+        env_response += bool(error) and str(error).startswith("env_response:")
+        tool_timeouts += int(state.get("tool_timeouts") or 0)
+        empty += not error and _is_empty(completion)
+    counts = (raised, nonfinite, env_response, tool_timeouts, empty)
+    return {name: float(n) for name, n in zip(BATCH_COUNTERS, counts, strict=True)}
+
+
+def warn_batch_problems(stats: Mapping[str, float], batch_index: int, num_rollouts: int) -> None:
+    """Log once per run the batch-level problems no other part of the code reports at its source.
+
+    (Failing reward functions, env hooks, tools, timeouts and outages are logged
+    where they happen; these are properties of a whole batch.)
+    """
+    empty = stats.get("completions/empty", 0.0)
+    if empty:
+        warn_once(
+            logger,
+            "batch:empty-completions",
+            "%d of %d completions in generation batch %d were empty (the model ended its turn at once); "
+            "they are trained like any other (logged once; counted in completions/empty)",
+            empty,
+            num_rollouts,
+            batch_index,
+        )
+    if stats.get("zero_std_groups_frac", 0.0) >= 1.0:
+        warn_once(
+            logger,
+            "batch:all-groups-equal",
+            "every group in generation batch %d had equal rewards: all advantages are 0 and the batch "
+            "teaches nothing (logged once; see zero_std_groups_frac). Rewards must differ within a group: "
+            "raise the temperature, give partial credit, or filter such groups (filter_zero_std_groups)",
+            batch_index,
+        )
+    truncated = stats.get("truncated_frac", 0.0)
+    if truncated:
+        warn_once(
+            logger,
+            "batch:truncated",
+            "%.0f%% of the completions in generation batch %d were cut at max_tokens / max_seq_len "
+            "(logged once; see truncated_frac); mask_truncated_completions=True leaves them out of the loss",
+            100 * truncated,
+            batch_index,
+        )
 
 
 def log_samples(

