@@ -88,7 +88,7 @@ def plain(name: str, n: int) -> SingleTurnEnv:
 
 
 def test_weighted_group_draws_rows_by_weight_not_by_size():
-    from verifiers.training.generator import PromptStream
+    from verifiers.training.producer import PromptStream
 
     # a: 10 rows, b: 300 rows; weights 3:1 turn the size ratio around.
     group = EnvGroup([plain("a", 10), plain("b", 300)], env_names=["a", "b"], weights=[3, 1.0], seed=0)

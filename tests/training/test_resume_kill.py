@@ -100,7 +100,8 @@ def test_rotation_never_deletes_the_last_complete_checkpoint(tmp_path):
 
 def test_generator_wait_idle_waits_for_the_batch_in_flight():
     # The trainer calls it before every weight push: a batch is sampled from one policy only.
-    from verifiers.training.generator import BatchGenerator, GeneratedBatch
+    from verifiers.training.generator import BatchGenerator
+    from verifiers.training.producer import GeneratedBatch
 
     class SlowProducer:
         async def produce(self, index, policy_version):

@@ -2,9 +2,11 @@
 
 Wiring only; each stage lives in its own module:
 
-    generator.py  prompts -> env.a_generate through vf-vllm -> GeneratedBatch (background thread)
+    producer.py   prompts -> env.a_generate through vf-vllm -> GeneratedBatch
+    generator.py  the producer, run ahead of training in a background thread
     advantages.py rewards -> group-relative advantages
     batching.py   ProcessedOutputs -> TrainBatch -> this process's micro-batches
+    buffer.py     GeneratedBatch -> advantages, TrainBatch -> scored micro-batches (Buffer)
     logprobs.py   model -> per-token log-probs and entropy
     losses.py     log-probs, advantages, masks -> loss
     sync.py       weights -> server, after every optimizer step
@@ -25,13 +27,10 @@ version.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,18 +41,12 @@ from verifiers.errors import ConfigError, ServerError
 from verifiers.inference.client import is_server_lost
 from verifiers.training import checkpoint as ckpt
 from verifiers.training import metrics as M
-from verifiers.training.advantages import compute_advantages
-from verifiers.training.batching import TrainBatch, build_train_batch, split_batch
+from verifiers.training.buffer import Buffer, build_buffer, eval_logprobs, train_batch
 from verifiers.training.config import GRPOConfig
-from verifiers.training.generator import (
-    RESYNC,
-    BatchGenerator,
-    GeneratedBatch,
-    build_generator,
-    sampling_args_from_config,
-)
-from verifiers.training.logprobs import scoring_inputs, sequence_logprobs
-from verifiers.training.losses import compute_loss, step_counts, step_loss_scale
+from verifiers.training.generator import RESYNC, BatchGenerator, build_generator
+from verifiers.training.logprobs import sequence_logprobs
+from verifiers.training.losses import compute_loss, step_loss_scale
+from verifiers.training.producer import GeneratedBatch, sampling_args_from_config
 from verifiers.training.sync import (
     WeightSyncer,
     is_peft_model,
@@ -66,25 +59,8 @@ from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.trainer")
 
-
-@dataclass
-class _Buffer:
-    """The generation batch being trained: this process's micro-batches, ready for the loss."""
-
-    index: int
-    micro: list[dict[str, Any]]
-    step_counts: list[float] = field(default_factory=list)  # each optimizer step's loss normalizer
-    rollout_ids: list[str] = field(default_factory=list)
-
-
-def _rollout_ids(batch: GeneratedBatch) -> list[str]:
-    """``"<batch>.<k>:<digest>"`` per rollout: its place in the run and a hash of its prompt and completion."""
-    out = batch.outputs
-    ids = []
-    for k, (prompt, completion) in enumerate(zip(out.prompt, out.completion, strict=True)):
-        text = json.dumps([prompt, completion], sort_keys=True, default=str)
-        ids.append(f"{batch.index}.{k}:{hashlib.sha1(text.encode()).hexdigest()[:12]}")
-    return ids
+# Checkpoints pickle the buffer by module path: those saved before buffer.py existed name this one.
+_Buffer = Buffer
 
 
 class _StepEnd(TrainerCallback):
@@ -163,7 +139,7 @@ class GRPOTrainer(Trainer):
         self.metrics = M.MetricsAccumulator()
         self.generator: BatchGenerator | None = None
         self.syncer: WeightSyncer | None = None
-        self._buffer: _Buffer | None = None
+        self._buffer: Buffer | None = None
         self._resume_dir: str | None = None
         self._started = False
         self._base_model_name: str | None = None
@@ -251,7 +227,7 @@ class GRPOTrainer(Trainer):
         return (loss, None) if return_outputs else loss
 
     # ---- generation batches ---------------------------------------------------------------------
-    def _load_batch(self, g: int) -> _Buffer:
+    def _load_batch(self, g: int) -> Buffer:
         self._ensure_started()
         restored = self._restored_buffer(g)
         if restored is not None:
@@ -266,14 +242,11 @@ class GRPOTrainer(Trainer):
         self._wait_s += time.perf_counter() - t0
         return self._prepare_batch(batch)
 
-    def _prepare_batch(self, batch: GeneratedBatch) -> _Buffer:
-        args, G = self.args, self.args.num_generations
-        outputs, processed = batch.outputs, batch.processed
-        rewards = M.rollout_rewards(processed, len(outputs), outputs.reward)
-        advantages_B, adv_stats = compute_advantages(torch.tensor(rewards), G, args.scale_rewards)
+    def _prepare_batch(self, batch: GeneratedBatch) -> Buffer:
+        args, outputs, processed = self.args, batch.outputs, batch.processed
         pad_id = self.processing_class.pad_token_id
         pad_id = pad_id if pad_id is not None else self.processing_class.eos_token_id
-        train = build_train_batch(processed, advantages_B, pad_id)
+        rewards, advantages_B, adv_stats, train = train_batch(batch, args, pad_id)
         if not train.loss_mask_BT.any():
             warn_once(
                 logger,
@@ -298,48 +271,18 @@ class GRPOTrainer(Trainer):
             wandb = "wandb" in (args.report_to or [])
             adv = advantages_B.tolist()
             M.log_samples(outputs, rewards, adv, self.state.global_step, args.num_completions_to_print, wandb)
-        parts = split_batch(
+        return build_buffer(
+            batch,
             train,
+            args,
             num_processes=self.accelerator.num_processes,
             process_index=self.accelerator.process_index,
-            num_micro_batches=args.steps_per_generation,
+            policy=lambda ids, attn, start: self._logprobs(self.model, ids, attn, start),
+            reference=self._ref_logprobs,
         )
-        micro = [self._micro_inputs(mb) for mb in parts]
-        # Every process sees the whole batch, so each counts every process's share of each step.
-        P, S = self.accelerator.num_processes, args.steps_per_generation
-        masks = [
-            [
-                mb.loss_mask_BT
-                for mb in split_batch(train, num_processes=P, process_index=p, num_micro_batches=S)
-            ]
-            for p in range(P)
-        ]
-        counts = step_counts(args.loss_type, masks, args.gradient_accumulation_steps)
-        return _Buffer(batch.index, micro, counts, _rollout_ids(batch))
 
-    def _micro_inputs(self, mb: TrainBatch) -> dict[str, Any]:
-        """The trimmed micro-batch plus old and reference log-probs, computed now (no grad)."""
-        a = self.args
-        out = scoring_inputs(mb.input_ids_BT, mb.attention_mask_BT, mb.loss_mask_BT, mb.sampling_logprobs_BT)
-        out["advantages_B"] = mb.advantages_B
-        ids, attn, start = out["input_ids_BT"], out["attention_mask_BT"], out["start"]
-        # Old log-probs are needed once the policy moves within a generation batch.
-        if a.num_iterations > 1 or a.steps_per_generation > a.gradient_accumulation_steps:
-            out["old_logprobs_BT"] = self._logprobs(self.model, ids, attn, start)
-        if a.beta > 0:
-            out["ref_logprobs_BT"] = self._ref_logprobs(ids, attn, start)
-        return out
-
-    @torch.no_grad()
     def _logprobs(self, model, ids, attn, start) -> torch.Tensor:
-        # Eval mode: dropout (e.g. LoRA's) would make stored log-probs a random draw.
-        was_training, dev = model.training, self.args.device
-        model.eval()
-        try:
-            lp, _ = sequence_logprobs(model, ids.to(dev), attn.to(dev), start, self.args.temperature)
-        finally:
-            model.train(was_training)
-        return lp.cpu()
+        return eval_logprobs(model, ids, attn, start, self.args.temperature, self.args.device)
 
     def _ref_logprobs(self, ids, attn, start) -> torch.Tensor:
         if self.ref_model is not None:
@@ -347,7 +290,7 @@ class GRPOTrainer(Trainer):
         with self.accelerator.unwrap_model(self.model).disable_adapter():  # PEFT: reference = base model
             return self._logprobs(self.model, ids, attn, start)
 
-    def _restored_buffer(self, g: int) -> _Buffer | None:
+    def _restored_buffer(self, g: int) -> Buffer | None:
         if self._resume_dir is None:
             return None
         buffer, self._resume_dir = ckpt.load_buffer(self._resume_dir, self.accelerator.process_index), None
