@@ -465,7 +465,7 @@ PROCESS_CASES = [
 @pytest.fixture(scope="module")
 def processes(tmp_path_factory):
     """Start every process case at once (they are mostly import time); results by id."""
-    from tests.test_server_load import free_port
+    from tests.vllm_server import free_port
 
     env = {
         **os.environ,
@@ -568,21 +568,12 @@ SERVER_CASES = [
 @pytest.fixture(scope="module")
 def admin_server(tiny_model_dir, tmp_path_factory):
     """vf-vllm bound off loopback with an admin token (no LoRA)."""
-    pytest.importorskip("vllm")
-    from tests.test_server_load import ServerUnderTest, non_loopback_host
+    from tests.vllm_server import serve_off_loopback
 
-    bind, call = non_loopback_host()
-    srv = ServerUnderTest(
-        tiny_model_dir,
-        tmp_path_factory.mktemp("vf-vllm-bad-inputs"),
-        bind_host=bind,
-        call_host=call,
-        extra=["--max-num-seqs", "4"],
-        admin_token=TOKEN,
-    )
-    srv.start()
-    yield srv
-    srv.stop()
+    flags = ("--disable-uvicorn-access-log", "--max-num-seqs", "4")
+    tmp = tmp_path_factory.mktemp("vf-vllm-bad-inputs")
+    with serve_off_loopback(tiny_model_dir, tmp, *flags, admin_token=TOKEN, max_model_len=256) as srv:
+        yield srv
 
 
 @pytest.mark.server

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
+from tests.configs import TRAINER_TABLES
 from tests.fakeserver import fake_server
 from verifiers.envs.group import EnvGroup
 from verifiers.envs.model_client import forget_token_support
@@ -154,7 +155,8 @@ def test_weighted_member_without_training_rows_is_an_error():
         EnvGroup([plain("a", 2), eval_only], weights=[1, 1])
 
 
-TOML = """
+TOML = (
+    """
 model = "smollm2"
 
 [[env]]
@@ -170,15 +172,9 @@ args = {{ n = 8 }}
 [inference]
 gpus = 0
 
-[trainer]
-gpus = 0
-
-[trainer.args]
-rollouts_per_example = 4
-micro_batch_size = 4
-batch_size = 16
-max_steps = 3
 """
+    + TRAINER_TABLES
+)
 
 
 def test_toml_env_weights_become_the_group_weights(tmp_path, monkeypatch):

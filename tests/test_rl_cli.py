@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.vllm_server import free_port  # noqa: E402
 from verifiers.cli import rl as rl_cli  # noqa: E402
 from verifiers.cli import setup as setup_cli  # noqa: E402
 from verifiers.cli import toml_config as tc  # noqa: E402
@@ -235,12 +235,6 @@ FAKE_SERVER = textwrap.dedent(
     sys.exit(7)
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_plan(tmp_path, server_cmd, trainer_cmd, timeout=30.0, port=None) -> rl_cli.Plan:

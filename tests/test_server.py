@@ -9,92 +9,35 @@ the server.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
+from tests.vllm_server import serve  # noqa: E402
 from verifiers.errors import ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
 from verifiers.inference.client import VLLMClient  # noqa: E402
 
 TOL = 1e-3  # fp32 server vs fp32 transformers, per sampled token
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """``python -m verifiers.cli.vllm`` in its own process group, logging to a file."""
-
-    def __init__(self, model: Path, port: int, log: Path, cache: Path):
-        self.model, self.port, self.log, self.cache = model, port, log, cache
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        cmd = [
-            sys.executable, "-m", "verifiers.cli.vllm",
-            "--model", str(self.model), "--port", str(self.port),
-            "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
-            "--kv-cache-memory-bytes", str(256 << 20), "--max-num-seqs", "16",
-            "--enable-lora", "--max-lora-rank", "8",
-            "--disable-log-requests",  # retired flag: must be accepted with a warning
-        ]  # fmt: skip
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(self.cache)}
-        with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("vf-vllm")
-    srv = ServerProcess(tiny_model_dir, free_port(), tmp / "server.log", tmp / "vllm-cache")
-    srv.start()
-    try:
-        VLLMClient(srv.url).wait_until_ready(timeout=240)
-    except Exception:
-        srv.stop()
-        pytest.fail(f"vf-vllm did not start; log tail:\n{srv.tail()}")
-    yield srv
-    srv.stop()
+    flags = ("--max-num-seqs", "16", "--enable-lora", "--max-lora-rank", "8")
+    flags += ("--disable-log-requests",)  # retired flag: must be accepted with a warning
+    with serve(tiny_model_dir, tmp_path_factory.mktemp("vf-vllm"), *flags) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    c = VLLMClient(server.url, request_timeout=60)
-    yield c
-    c.close()
+    with contextlib.closing(server.client()) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

@@ -15,24 +15,17 @@ that counts the chat requests between sending and the answer's headers (vLLM sen
 them once the completion is done), and on the server, by polling vLLM's
 ``/metrics`` (``vllm:num_requests_running`` + ``vllm:num_requests_waiting``).
 ``vllm:request_success_total`` before and after proves none was dropped or sent twice.
-
-``ServerUnderTest`` and ``non_loopback_host`` are also used by test_bad_inputs.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
+
+from tests.vllm_server import serve_off_loopback
 
 N_ROLLOUTS = 1000
 MAX_CONCURRENT = 64  # the client's limit under test
@@ -55,88 +48,6 @@ def admin_routes() -> list[tuple[str, str]]:
             routes += [(method, path) for method in sorted(route.methods)]
     assert {path for _, path in routes} >= WEIGHT_ROUTES, routes
     return routes
-
-
-# -- a vf-vllm process (shared with test_bad_inputs.py) --------------------------------------
-
-
-def non_loopback_host() -> tuple[str, str]:
-    """``(address to bind, address to call)`` for a server bound off loopback.
-
-    Binds every interface, which the server's security check treats as off
-    loopback (admin routes then need the token), while the test's own traffic
-    goes only to 127.0.0.1: tests never send traffic to a non-loopback address.
-    """
-    return "0.0.0.0", "127.0.0.1"
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-class ServerUnderTest:
-    """``python -m verifiers.cli.vllm`` on ``bind_host`` in its own process group, logging to a file."""
-
-    def __init__(
-        self,
-        model: Path,
-        tmp: Path,
-        *,
-        bind_host: str,
-        call_host: str,
-        extra: Sequence[str] = (),
-        admin_token: str | None = None,
-    ):
-        self.model, self.tmp, self.extra = model, tmp, list(extra)
-        self.bind_host, self.call_host = bind_host, call_host
-        self.admin_token = admin_token
-        self.port = free_port(bind_host)
-        self.log = tmp / "server.log"
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.call_host}:{self.port}"
-
-    def start(self, timeout: float = 240.0) -> None:
-        from verifiers.inference.client import VLLMClient
-
-        cmd = [
-            sys.executable, "-m", "verifiers.cli.vllm",
-            "--model", str(self.model), "--host", self.bind_host, "--port", str(self.port),
-            "--enforce-eager", "--dtype", "float32", "--max-model-len", "256",
-            "--kv-cache-memory-bytes", str(256 << 20), "--disable-uvicorn-access-log",
-            *self.extra,
-        ]  # fmt: skip
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        env.setdefault("VLLM_CACHE_ROOT", str(self.tmp / "vllm-cache"))
-        env.pop("VF_ADMIN_TOKEN", None)  # the token, if any, is the one given here
-        if self.admin_token:
-            cmd += ["--admin-token", self.admin_token]
-        with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        try:
-            VLLMClient(self.url).wait_until_ready(timeout=timeout)
-        except Exception:
-            self.stop()
-            pytest.fail(f"vf-vllm did not start; log tail:\n{self.tail()}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def tail(self, n: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -233,18 +144,11 @@ def refuse_status(url: str, method: str, path: str, token: str | None = None):
 
 @pytest.fixture(scope="module")
 def load_server(tiny_model_dir, tmp_path_factory):
-    pytest.importorskip("vllm")
-    bind, call = non_loopback_host()
-    srv = ServerUnderTest(
-        tiny_model_dir,
-        tmp_path_factory.mktemp("vf-vllm-load"),
-        bind_host=bind,
-        call_host=call,
-        extra=["--max-num-seqs", str(SERVER_MAX_SEQS)],
-    )
-    srv.start()
-    yield srv
-    srv.stop()
+    """Bound off loopback with no admin token: every admin route refuses."""
+    flags = ("--disable-uvicorn-access-log", "--max-num-seqs", str(SERVER_MAX_SEQS))
+    tmp = tmp_path_factory.mktemp("vf-vllm-load")
+    with serve_off_loopback(tiny_model_dir, tmp, *flags, max_model_len=256) as srv:
+        yield srv
 
 
 def make_env(n: int):

@@ -9,13 +9,15 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.configs import TRAINER_TABLES  # noqa: E402
 from verifiers.cli import toml_config as tc  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "verifiers" / "configs" / "vf-rl").glob("*.toml"))
 
-BASE = """
+BASE = (
+    """
 model = "smollm2"
 
 [env]
@@ -28,15 +30,9 @@ gpus = 0
 [inference.args]
 enforce_eager = true
 
-[trainer]
-gpus = 0
-
-[trainer.args]
-rollouts_per_example = 4
-micro_batch_size = 4
-batch_size = 16
-max_steps = 3
 """
+    + TRAINER_TABLES
+)
 
 
 def parse(text: str = BASE, overrides: list[tuple[str, str]] = ()) -> tc.RunConfig:

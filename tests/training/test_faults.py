@@ -25,11 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -42,6 +37,8 @@ datasets = pytest.importorskip("datasets")
 from transformers import TrainerCallback  # noqa: E402
 
 import verifiers as vf  # noqa: E402
+from tests.training.test_trainer import grpo_args  # noqa: E402
+from tests.vllm_server import serve  # noqa: E402
 from verifiers.utils.logging import reset_warn_once  # noqa: E402
 
 pytestmark = pytest.mark.server
@@ -63,66 +60,13 @@ REWRITING_TEMPLATE = (
 # The server: one per module, restartable on the same port
 
 
-class ServerProcess:
-    """vf-vllm serving the tiny model, which a test may kill (SIGKILL) and start again."""
-
-    def __init__(self, model_dir, tmp):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.model_dir, self.tmp = model_dir, tmp
-        self.log = tmp / "server.log"
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        cmd = [
-            sys.executable, "-m", "verifiers.cli.vllm", "--model", str(self.model_dir), "--port", str(self.port),
-            "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
-            "--kv-cache-memory-bytes", str(256 << 20), "--max-num-seqs", "32", "--seed", "0",
-            "--no-enable-chunked-prefill", "--trust-request-chat-template",
-        ]  # fmt: skip
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(self.tmp / "cache")}
-        with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen(
-                cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        self.starts += 1
-
-    def kill(self) -> None:
-        """SIGKILL the server and its engine process: no shutdown, like a crash."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def client(self) -> vf.VLLMClient:
-        return vf.VLLMClient(f"http://127.0.0.1:{self.port}", request_timeout=60)
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    pytest.importorskip("vllm")
-    proc = ServerProcess(tiny_model_dir, tmp_path_factory.mktemp("faults-vllm"))
-    proc.start()
-    client = proc.client()
-    try:
-        client.wait_until_ready(timeout=300)
-    except Exception:
-        proc.stop()
-        pytest.fail(f"vf-vllm did not start; log tail:\n{proc.log.read_text(errors='replace')[-3000:]}")
-    finally:
-        client.close()
-    yield proc
-    proc.stop()
+    """vf-vllm serving the tiny model, which a test may kill (SIGKILL) and start again."""
+    flags = ("--max-num-seqs", "32", "--seed", "0", "--no-enable-chunked-prefill")
+    flags += ("--trust-request-chat-template",)  # the rewriting-template scenario sends its own
+    with serve(tiny_model_dir, tmp_path_factory.mktemp("faults-vllm"), *flags, ready_timeout=300) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -156,31 +100,14 @@ def count(caplog, text: str) -> int:
 
 def fault_args(tmp_path, **overrides) -> vf.GRPOConfig:
     base = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        report_to="none",
-        max_steps=MAX_STEPS,
-        per_device_train_batch_size=4,
-        gradient_accumulation_steps=2,
-        num_generations=4,  # 8 rollouts = 2 prompts x 4 per step
-        learning_rate=1e-3,
+        max_steps=MAX_STEPS,  # 8 rollouts = 2 prompts x 4 per step
         max_tokens=8,
-        max_seq_len=256,
-        max_prompt_length=128,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        num_batches_ahead=0,
         shuffle_dataset=False,  # batch g holds rows 2g and 2g+1
         mask_truncated_completions=False,  # the random model always runs to max_tokens
-        importance_sampling_mask_low=None,
-        importance_sampling_mask_high=None,
-        async_generation_timeout=60,
         vllm_server_timeout=300,
-        seed=0,
     )
     base.update(overrides)
-    return vf.GRPOConfig(**base)
+    return grpo_args(tmp_path, **base)
 
 
 def rows(answers: list[str]) -> datasets.Dataset:

@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from tests.training.test_trainer import (  # noqa: E402
     reply_of,
     train_log,
 )
+from tests.vllm_server import serve  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
 from verifiers.training import checkpoint as ckpt  # noqa: E402
 
@@ -131,10 +131,8 @@ def test_generator_wait_idle_waits_for_the_batch_in_flight():
 
 @pytest.fixture(scope="module")
 def fake_server():
-    server = FakeServer(reply=reply_of)
-    server.start()
-    yield server
-    server.stop()
+    with FakeServer(reply=reply_of) as server:
+        yield server
 
 
 class KilledWhileSaving(BaseException):
@@ -195,36 +193,9 @@ STEPS, KILL_AFTER = 4, 2
 @pytest.fixture(scope="module")
 def vllm_port(tiny_model_dir, tmp_path_factory):
     """A vf-vllm server of the tiny model for this module; yields its port."""
-    pytest.importorskip("vllm")
-    from verifiers.inference.client import VLLMClient
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    tmp = tmp_path_factory.mktemp("resume-vllm")
-    cmd = [
-        sys.executable, "-m", "verifiers.cli.vllm", "--model", str(tiny_model_dir), "--port", str(port),
-        "--enforce-eager", "--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(256 << 20),
-        "--max-num-seqs", "32", "--no-enable-chunked-prefill", "--seed", "0",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp / "cache")}
-    log = tmp / "server.log"
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    client = VLLMClient(f"http://127.0.0.1:{port}", request_timeout=60)
-    try:
-        client.wait_until_ready(timeout=240)
-        yield port
-    except Exception:
-        pytest.fail(f"vf-vllm did not start; log tail:\n{log.read_text(errors='replace')[-3000:]}")
-    finally:
-        client.close()
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    flags = ("--max-num-seqs", "32", "--no-enable-chunked-prefill", "--seed", "0")
+    with serve(tiny_model_dir, tmp_path_factory.mktemp("resume-vllm"), *flags) as server:
+        yield server.port
 
 
 def start_run(run: Path, port: int, model: Path, resume: bool = False) -> subprocess.Popen:

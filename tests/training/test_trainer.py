@@ -12,6 +12,7 @@ Two layers:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 
@@ -25,6 +26,7 @@ from transformers import TrainerCallback  # noqa: E402
 
 import verifiers as vf  # noqa: E402
 from tests.fakeserver import FakeServer  # noqa: E402
+from tests.vllm_server import serve  # noqa: E402
 from verifiers.errors import GenerationError  # noqa: E402
 
 
@@ -82,10 +84,8 @@ class RecordingClient:
 
 @pytest.fixture(scope="module")
 def fake_server():
-    server = FakeServer(reply=reply_of)
-    server.start()
-    yield server
-    server.stop()
+    with FakeServer(reply=reply_of) as server:
+        yield server
 
 
 def grpo_args(tmp_path, **overrides):
@@ -357,42 +357,11 @@ def server_env(n: int = 8) -> vf.Environment:
 
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_dir, tmp_path_factory):
-    pytest.importorskip("vllm")
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-
-    from verifiers.inference.client import VLLMClient
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    tmp = tmp_path_factory.mktemp("grpo-vllm")
-    cmd = [
-        sys.executable, "-m", "verifiers.cli.vllm", "--model", str(tiny_model_dir), "--port", str(port),
-        "--enforce-eager", "--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(256 << 20),
-        "--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp / "cache")}
-    log = tmp / "server.log"
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    client = VLLMClient(f"http://127.0.0.1:{port}", request_timeout=60)
-    try:
-        client.wait_until_ready(timeout=240)
-        yield client
-    except Exception:
-        pytest.fail(f"vf-vllm did not start; log tail:\n{log.read_text(errors='replace')[-3000:]}")
-    finally:
-        client.close()
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    """vf-vllm serving the tiny model, LoRA on; yields a client (tests share it)."""
+    flags = ("--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0")
+    with serve(tiny_model_dir, tmp_path_factory.mktemp("grpo-vllm"), *flags) as server:
+        with contextlib.closing(server.client()) as client:
+            yield client
 
 
 def server_args(tmp_path, **overrides):

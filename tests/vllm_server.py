@@ -1,0 +1,161 @@
+"""A real vf-vllm server for tests: the tiny model in a subprocess on a free port.
+
+``serve(model_dir, tmp_dir, *flags)`` starts ``python -m verifiers.cli.vllm`` in its
+own process group, waits until ``/vf/health`` says ready (or fails the test with the
+tail of the server's log), yields a :class:`Server` and stops the whole group after.
+Each test module passes its own ``flags`` (LoRA, seed, ``--max-num-seqs``, ...): the
+settings here are only the CPU ones every test server shares.
+
+A test may ``kill()`` (SIGKILL, like a crash) or ``stop()`` the server and ``start()``
+it again: it comes back on the same port, logging to the same file.
+
+Only the standard library and pytest are imported here; vLLM runs in the subprocess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+LOOPBACK = "127.0.0.1"
+# Binding every interface puts a server "off loopback" for its security check (admin
+# routes then need a token), while tests still send their traffic to 127.0.0.1 only.
+ALL_INTERFACES = "0.0.0.0"
+
+# Eager fp32 (no compile time; the trainer's dtype) and a small fixed KV cache.
+CPU_FLAGS = ("--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes", str(256 << 20))
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One vf-vllm process (group) serving ``model_dir``; ``start()`` does not wait for it."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        tmp_dir: Path,
+        *flags: str,
+        port: int | None = None,
+        host: str | None = None,
+        env: Mapping[str, str | None] | None = None,
+        max_model_len: int = 512,
+    ):
+        self.model_dir, self.tmp_dir = Path(model_dir), Path(tmp_dir)
+        self.host = host  # the address to bind; None: vf-vllm's default (loopback)
+        self.port = port or free_port(host or LOOPBACK)
+        self.log = self.tmp_dir / "server.log"
+        self.cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", str(self.model_dir)]
+        self.cmd += ["--host", host] if host else []
+        self.cmd += ["--port", str(self.port), "--max-model-len", str(max_model_len), *CPU_FLAGS, *flags]
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(self.tmp_dir / "vllm-cache")}
+        for name, value in (env or {}).items():  # None removes a variable
+            if value is None:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = value
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def client(self, **kwargs):
+        """A new ``VLLMClient`` for this server; the caller closes it."""
+        from verifiers.inference.client import VLLMClient
+
+        return VLLMClient(self.url, **{"request_timeout": 60, **kwargs})
+
+    def start(self) -> None:
+        with open(self.log, "ab") as fh:  # the child keeps its own copy of the file
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        """Wait for ``/vf/health``; fail the test with the log's tail if the server exits or times out."""
+        from verifiers.errors import ServerError
+
+        deadline = time.monotonic() + timeout
+        with contextlib.closing(self.client()) as client:
+            while True:
+                if self.proc is not None and self.proc.poll() is not None:
+                    pytest.fail(f"vf-vllm exited with code {self.proc.returncode}; log tail:\n{self.tail()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"vf-vllm not ready after {timeout:.0f} s; log tail:\n{self.tail()}")
+                try:  # short waits, so that a crashed server is noticed at once
+                    client.wait_until_ready(timeout=min(5.0, left))
+                    return
+                except ServerError:
+                    pass
+                except Exception as e:  # noqa: BLE001 - anything else: the log says more
+                    pytest.fail(f"vf-vllm did not start ({e!r}); log tail:\n{self.tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the server and its engine process: no shutdown, like a crash."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM the process group (engine included), SIGKILL after 30 s."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:  # the whole group is gone already
+            self.proc.wait()
+            return
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+
+
+@contextlib.contextmanager
+def serve(
+    model_dir: Path,
+    tmp_dir: Path,
+    *flags: str,
+    ready_timeout: float = 240.0,
+    **kwargs,
+) -> Iterator[Server]:
+    """A started, ready :class:`Server` (skips the test without vLLM); stopped on exit.
+
+    ``kwargs`` are :class:`Server`'s: ``port``, ``host`` (to bind), ``env`` (``None`` values
+    remove a variable), ``max_model_len``.
+    """
+    pytest.importorskip("vllm")
+    server = Server(model_dir, tmp_dir, *flags, **kwargs)
+    server.start()
+    try:
+        server.wait_ready(ready_timeout)
+        yield server
+    finally:
+        server.stop()
+
+
+def serve_off_loopback(
+    model_dir: Path, tmp_dir: Path, *flags: str, admin_token: str | None = None, **kwargs
+) -> contextlib.AbstractContextManager[Server]:
+    """``serve`` bound to every interface, with exactly ``admin_token`` (none from ``$VF_ADMIN_TOKEN``)."""
+    flags += ("--admin-token", admin_token) if admin_token else ()
+    env = {"VF_ADMIN_TOKEN": None}
+    return serve(model_dir, tmp_dir, *flags, host=ALL_INTERFACES, env=env, **kwargs)
