@@ -8,7 +8,7 @@
 #      outputs/reverse-text/;
 #   4. serve the trained adapter and evaluate it on the same rows as step 2, then
 #      print the reward before and after training.
-# Extra arguments are vf-rl overrides, e.g.  bash scripts/demo.sh --trainer.args.max_steps 30
+# Extra arguments are vf-rl overrides, e.g.  bash scripts/demo.sh --trainer.args.learning_rate 3e-4
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -43,7 +43,7 @@ mean_reward() {
   python -c 'import json, sys; r = [json.loads(l)["reward"] for l in open(sys.argv[1])]; print(f"{sum(r) / len(r):.3f}")' \
     "$(ls -td "$1"/*/ | head -n 1)results.jsonl"
 }
-steps=${VF_DEMO_STEPS:-10}
+steps=${VF_DEMO_STEPS:-20}
 
 echo "[demo] preparing SmolLM2-135M-Instruct (converted once, then cached)" >&2
 model=$(vf-models smollm2 | tail -n 1)
@@ -53,7 +53,7 @@ mkdir -p outputs
 start_server outputs/demo-vf-vllm.log --served-model-name smollm2
 
 echo "[demo] evaluating the base model on reverse-text" >&2
-eval_args=(-b "http://127.0.0.1:$port/v1" -n 10 -r 2 -t 96 -T 0.7 -s)
+eval_args=(-b "http://127.0.0.1:$port/v1" -n 20 -r 2 -t 40 -T 1.0 -s)  # as the trainer samples
 vf-eval reverse-text -m smollm2 "${eval_args[@]}"
 stop_server
 
@@ -65,6 +65,6 @@ echo "[demo] evaluating the trained adapter ($adapter) on the same rows" >&2
 start_server outputs/demo-vf-vllm-adapter.log --enable-lora --max-lora-rank 8 --lora-modules "reverse-text-lora=$adapter"
 vf-eval reverse-text -m reverse-text-lora "${eval_args[@]}"
 stop_server
-echo "[demo] reverse-text reward on 10 eval rows x 2: before $(mean_reward outputs/evals/reverse-text--smollm2)," \
+echo "[demo] reverse-text reward on 20 eval rows x 2: before $(mean_reward outputs/evals/reverse-text--smollm2)," \
   "after $(mean_reward outputs/evals/reverse-text--reverse-text-lora) (training log: outputs/reverse-text/)" >&2
 echo "[demo] done: adapter, checkpoints, metrics and curves.png are in outputs/reverse-text/" >&2

@@ -423,7 +423,7 @@ def test_prime_rl_config_content(tmp_path):
     orch = cfg["orchestrator"]
     assert (orch["batch_size"], orch["rollouts_per_example"], orch["seq_len"]) == (32, 8, 512)
     assert orch["lora_name"] == "reverse-text-r8"
-    assert orch["sampling"] == {"max_tokens": 96, "temperature": 1.0}
+    assert orch["sampling"] == {"max_tokens": 40, "temperature": 1.0}
     assert orch["env"] == [
         {
             "id": "reverse-text",
@@ -437,7 +437,7 @@ def test_prime_rl_config_content(tmp_path):
         "dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
     }
-    assert cfg["trainer"]["optim"] == {"lr": 5e-5, "max_norm": 1.0}
+    assert cfg["trainer"]["optim"] == {"lr": 5e-4, "max_norm": 1.0}
     assert cfg["inference"] == {"enable_lora": True, "max_lora_rank": 8}
     assert "ckpt" in cfg
 
