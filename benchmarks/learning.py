@@ -111,7 +111,7 @@ def main() -> None:
         "--prompts-per-step", type=int, default=4, help="prompts per optimizer step (x8 completions)"
     )
     p.add_argument("--max-tokens", type=int, default=40)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--batches-ahead", type=int, default=0, help="num_batches_ahead (0: generate, then train)")
     p.add_argument("--port", type=int, default=8011)
     p.add_argument("--out", default="outputs/benchmarks/learning")
