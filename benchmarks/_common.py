@@ -55,15 +55,20 @@ class _Started(float):
 
 
 @contextlib.contextmanager
-def vllm_server(model_dir: str, port: int, log_path: Path, extra_args: Sequence[str] = ()) -> Iterator[float]:
+def vllm_server(
+    model_dir: str, port: int, log_path: Path, extra_args: Sequence[str] = (), cpus: str | None = None
+) -> Iterator[float]:
     """A vf-vllm server; yields its start-up time (a float with ``.pid``), stops it (process group) after.
 
     No --enable-lora: on a CPU server the trainer syncs merged weights (lora_sync="auto").
+    ``cpus`` (e.g. ``"0"``) pins the whole server process tree to those cores (``taskset``).
     """
     from verifiers.inference.client import VLLMClient
 
     cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", model_dir, "--port", str(port)]
     cmd += [*SERVER_FLAGS, *extra_args]
+    if cpus:
+        cmd = ["taskset", "-c", cpus, *cmd]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -1,9 +1,16 @@
-"""Learning benchmark: does GRPO make the reward rise? SmolLM2-135M + LoRA on reverse-text, on CPU.
+"""Learning benchmark: does GRPO make the reward rise? SmolLM2-135M + LoRA on arithmetic, on CPU.
 
     python benchmarks/learning.py                  # 2 seeds x 30 steps (target: < 30 min per seed)
     python benchmarks/learning.py --max-steps 2    # smoke test
 
 One vf-vllm server serves both seeds; each seed trains a fresh adapter.
+
+The task is arithmetic (one-digit sums and differences, exact-answer reward):
+SmolLM2 knows the answers but at temperature 1 mostly talks around them, and
+GRPO teaches it to answer. reverse-text (``--env reverse-text``) was tried first
+and gained only +0.03 in 16 steps: copying the sentence already earns most of
+the LCS credit, and SmolLM2 never samples the ``<reversed_text>`` tags that the
+format reward pays for, so GRPO has nothing to reinforce.
 For each seed: gain = mean reward of the last 5 steps - mean of the first 5.
 Target: gain >= 0.15 for both seeds. Writes ``learning.json`` and
 ``learning.png`` to ``--out``; the last line printed is ``reward_gain_min=G``.
@@ -27,7 +34,7 @@ WINDOW = 5  # steps averaged at each end
 
 
 def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    env = vf.load_environment("reverse-text", seed=seed)
+    env = vf.load_environment(args.env, seed=seed)
     model, tokenizer = vf.get_model_and_tokenizer(args.model)
     config = vf.grpo_defaults(
         run_name=f"learning-seed{seed}",
@@ -81,7 +88,7 @@ def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     }
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> None:
+def plot(results: list[dict[str, Any]], path: Path, task: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,7 +102,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
             marker=".",
             label=f"seed {r['seed']} (gain {r['gain']:+.3f})",
         )
-    ax.set(title="reverse-text, SmolLM2-135M + LoRA: reward per step", xlabel="step", ylabel="mean reward")
+    ax.set(title=f"{task}, SmolLM2-135M + LoRA: reward per step", xlabel="step", ylabel="mean reward")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -105,6 +112,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2")
+    p.add_argument("--env", default="arithmetic", help="bundled environment to train on")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--max-steps", type=int, default=30)
     p.add_argument(
@@ -132,7 +140,7 @@ def main() -> None:
                   f"in {r['seconds'] / 60:.1f} min", flush=True)  # fmt: skip
     gain_min = min(r["gain"] for r in results)
     summary = {
-        "task": "reverse-text",
+        "task": args.env,
         "model": args.model,
         "settings": vars(args),
         "server_startup_s": startup_s,
@@ -142,7 +150,7 @@ def main() -> None:
         "reward_gain_min": gain_min,
     }
     (out / "learning.json").write_text(json.dumps(summary, indent=2))
-    plot(results, out / "learning.png")
+    plot(results, out / "learning.png", args.env)
     print(f"wrote {out / 'learning.json'} and {out / 'learning.png'}", flush=True)
     print(f"reward_gain_min={gain_min:.4f}", flush=True)
 

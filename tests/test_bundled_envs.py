@@ -20,7 +20,7 @@ from verifiers.envs.model_client import forget_token_support
 from verifiers.errors import ConfigError
 from verifiers.utils.logging import reset_warn_once
 
-ENV_IDS = ["alphabet-sort", "gsm8k", "math-python", "wordle", "wiki-search", "tool-test"]
+ENV_IDS = ["arithmetic", "alphabet-sort", "gsm8k", "math-python", "wordle", "wiki-search", "tool-test"]
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +61,102 @@ def test_loads_by_id(env_id):
     prompt = env.eval_dataset[0]["prompt"]
     assert prompt[0]["role"] == "system" and prompt[-1]["role"] == "user"
     assert env.rubric.get_reward_func_names()
+
+
+# -- arithmetic ------------------------------------------------------------------
+
+QUESTION = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
+
+
+def test_arithmetic_rows_are_seeded_and_their_answers_right():
+    import arithmetic
+
+    rows = arithmetic.make_rows(300, 0, 2, 12, "+-*")
+    assert rows == arithmetic.make_rows(300, 0, 2, 12, "+-*")
+    assert rows != arithmetic.make_rows(300, 1, 2, 12, "+-*")
+    seen = set()
+    for row in rows:
+        a, op, b = QUESTION.fullmatch(row["question"]).groups()
+        a, b = int(a), int(b)
+        assert 2 <= a <= 12 and 2 <= b <= 12
+        assert int(row["answer"]) == {"+": a + b, "-": a - b, "*": a * b}[op]
+        assert int(row["answer"]) >= 0  # differences are written larger-first
+        seen.add(op)
+    assert seen == {"+", "-", "*"}
+    only_minus = arithmetic.make_rows(50, 0, 1, 9, "-")
+    assert {QUESTION.fullmatch(r["question"]).group(2) for r in only_minus} == {"-"}
+
+
+def test_arithmetic_datasets_follow_the_seed():
+    env = vf.load_environment("arithmetic", num_train_examples=20, num_eval_examples=10, seed=3)
+    again = vf.load_environment("arithmetic", num_train_examples=20, num_eval_examples=10, seed=3)
+    other = vf.load_environment("arithmetic", num_train_examples=20, num_eval_examples=10, seed=4)
+    train, test = list(env.dataset["question"]), list(env.eval_dataset["question"])
+    assert (len(train), len(test)) == (20, 10)
+    assert train == list(again.dataset["question"]) and test == list(again.eval_dataset["question"])
+    assert train != list(other.dataset["question"]) and train[:10] != test  # eval: its own stream
+    system = env.eval_dataset[0]["prompt"][0]
+    assert system == {"role": "system", "content": "Answer with just the final number."}
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("2 + 3 = 5.", 5),
+        ("1,234", 1234),
+        ("-3", -3),
+        ("The answer is 15, not 14", 14),
+        ("no number here", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_arithmetic_last_integer(text, value):
+    import arithmetic
+
+    assert arithmetic.last_integer(text) == value
+
+
+@pytest.mark.parametrize(
+    "reply, reward",
+    [
+        ("15", 1.0),
+        ("8 + 7 = 15.", 1.0),
+        ("To add 8 and 7, we count on from 8: 9, 10, 11, 12, 13, 14, 15", 1.0),
+        ("16", 0.0),
+        ("15 is close, but the answer is 16", 0.0),  # the last number counts
+        ("To add 8 and 7, we need to find", 0.0),  # cut off before the number
+        ("fifteen", 0.0),
+    ],
+)
+async def test_arithmetic_rubric_scores_the_last_number(reply, reward):
+    env = vf.load_environment("arithmetic", num_eval_examples=1)
+    prompt = [{"role": "user", "content": "What is 8 + 7?"}]
+    score = await env.rubric.score_rollout(prompt, [{"role": "assistant", "content": reply}], "15", {})
+    assert score.reward == reward and score.metrics == {"correct_answer": reward}
+
+
+async def test_arithmetic_evaluates_against_a_scripted_model():
+    env = vf.load_environment("arithmetic", num_eval_examples=4)
+    rows = by_question(env)
+    right = await evaluate(env, lambda r: f"That is {rows[first_user(r)]['answer']}.", n=4)
+    assert right.reward == [1.0] * 4
+    wrong = await evaluate(env, lambda r: str(int(rows[first_user(r)]["answer"]) + 1), n=4)
+    assert wrong.reward == [0.0] * 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"min_value": -1}, "need 0 <= min_value <= max_value, got -1 and 9"),
+        ({"min_value": 5, "max_value": 3}, "got 5 and 3"),
+        ({"operations": ""}, "operations must be a non-empty string"),
+        ({"operations": "+/"}, "got '\\+/'"),
+    ],
+)
+def test_arithmetic_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        vf.load_environment("arithmetic", **kwargs)
 
 
 # -- alphabet-sort ---------------------------------------------------------------

@@ -381,7 +381,7 @@ def test_setup_writes_example_configs_that_parse(tmp_path, capsys):
     assert setup_cli.main(["--dir", str(out)]) == 0
     written = sorted(p.stem for p in out.glob("*.toml"))
     assert written == sorted(setup_cli.example_configs())
-    assert len(written) == 7
+    assert len(written) == 8
     for path in out.glob("*.toml"):
         tc.load_config(path)
     assert f"wrote {out / 'reverse-text.toml'}" in capsys.readouterr().out

