@@ -145,7 +145,9 @@ def packed_logprobs(
     lets each row's tokens see the prefix and, causally, themselves. Every token sees
     exactly what it sees in its own row, so log-probs and gradients equal the plain
     forward's up to rounding, while a group of G completions costs one prompt and no
-    padding: SmolLM2 on 8 x (53 + up to 64) tokens ran 2.4x faster. Positions past a
+    padding: SmolLM2 + LoRA forward+backward on 53 + 8 x (22..64) tokens took 2.96 s
+    instead of 4.69 s on 2 CPU cores (fp32); on an H100 the wall time is about the same
+    at this size (launch-bound) but peak memory is lower. Positions past a
     row's end are 0.
     """
     B, T = input_ids_BT.shape
