@@ -134,10 +134,8 @@ def _thread_governor(trainer, threads: int):
 
 
 def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    try:
-        from verifiers.training.logprobs import can_pack
-    except ImportError:  # a version without packed micro-batches
-        can_pack = None
+    from verifiers.training.logprobs import can_pack
+
     env = vf.load_environment("reverse-text", seed=args.seed)
     model, tokenizer = vf.get_model_and_tokenizer(args.model)
     config = vf.grpo_defaults(
@@ -168,9 +166,9 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         real = padded = 0
         for m in buf.micro if buf is not None else []:
             ids, attn, start = m["input_ids_BT"], m["attention_mask_BT"], m["start"]
-            if can_pack is not None and can_pack(trainer.model, ids, attn, start):
-                real += start + int(attn[:, start:].sum())
-                padded += start + int(attn[:, start:].sum())
+            if can_pack(trainer.model, ids, attn, start):
+                ran = start + int(attn[:, start:].sum())  # the prompt once, no padding
+                real, padded = real + ran, padded + ran
             else:
                 real, padded = real + int(attn.sum()), padded + attn.numel()
         return {"real": real, "padded": padded}
@@ -204,9 +202,7 @@ def _trl_reward_funcs(env) -> list:
         def reward(prompts, completions, answer, _spec=spec, **_) -> list[float]:
             scores = []
             for p, c, a in zip(prompts, completions, answer, strict=True):
-                kw = dict(
-                    prompt=p, completion=c, answer=a, state={}, task="default", info={}, parser=rubric.parser
-                )
+                kw = rubric._reward_func_args(p, c, a, state={}, task="default", info={})
                 kw = kw if _spec.wants is None else {k: kw[k] for k in _spec.wants}
                 scores.append(float(_spec.func(**kw)))
             return scores

@@ -51,8 +51,9 @@ def main() -> None:
         num_generations=8,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=4,
-        # Short on purpose: a reply that rambles past 40 tokens is cut off before its number
-        # and scores 0, so the group advantage favours stating the answer early.
+        # Short on purpose: a reply that rambles past 40 tokens is cut off, usually before the
+        # answer, and left out of the loss (mask_truncated_completions), so what GRPO reinforces
+        # is stating the answer early.
         max_tokens=40,
         max_prompt_length=256,
         max_seq_len=512,

@@ -27,12 +27,18 @@ def selective_log_softmax(logits_BTV: Tensor, ids_BT: Tensor, chunk_rows: int = 
     """
     B, T, V = logits_BTV.shape
     flat_NV, ids_N = logits_BTV.reshape(-1, V), ids_BT.reshape(-1)
-    out_N = torch.empty(ids_N.shape, dtype=torch.float32, device=logits_BTV.device)
-    for s in range(0, flat_NV.shape[0], chunk_rows):
-        rows = flat_NV[s : s + chunk_rows].float()
-        picked = rows.gather(-1, ids_N[s : s + chunk_rows, None]).squeeze(-1)
-        out_N[s : s + chunk_rows] = picked - torch.logsumexp(rows, dim=-1)
-    return out_N.view(B, T)
+    picked_N = flat_NV.gather(-1, ids_N[:, None]).squeeze(-1).float()
+    return (picked_N - chunked_logsumexp(flat_NV, chunk_rows)).view(B, T)
+
+
+def chunked_logsumexp(logits_NV: Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor:
+    """``logsumexp`` over the last dimension as ``[N]`` float32, computed ``chunk_rows`` rows at a time."""
+    return torch.cat(
+        [
+            torch.logsumexp(logits_NV[s : s + chunk_rows].float(), -1)
+            for s in range(0, logits_NV.shape[0], chunk_rows)
+        ]
+    )
 
 
 def entropy_from_logits(logits_BTV: Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor:
@@ -185,11 +191,7 @@ def packed_logprobs(
     k_N = arange[: len(row_N)] - (first[1:] - start)[row_N]
     src_N = torch.where(k_N == 0, 0, first[1:][row_N] + k_N - 1 - (start - 1))
     target_N = input_ids_BT[row_N, start + k_N]
-    M = logits_MV.shape[0]
-    lse_M = torch.cat(
-        [torch.logsumexp(logits_MV[s : s + chunk_rows].float(), -1) for s in range(0, M, chunk_rows)]
-    )
-    logprobs_N = logits_MV[src_N, target_N].float() - lse_M[src_N]
+    logprobs_N = logits_MV[src_N, target_N].float() - chunked_logsumexp(logits_MV, chunk_rows)[src_N]
     logprobs_BT = logprobs_N.new_zeros(B, T - start).index_put((row_N, k_N), logprobs_N)
     entropy_BT = None
     if with_entropy:
