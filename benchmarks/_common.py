@@ -56,12 +56,18 @@ class _Started(float):
 
 @contextlib.contextmanager
 def vllm_server(
-    model_dir: str, port: int, log_path: Path, extra_args: Sequence[str] = (), cpus: str | None = None
+    model_dir: str,
+    port: int,
+    log_path: Path,
+    extra_args: Sequence[str] = (),
+    cpus: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[float]:
     """A vf-vllm server; yields its start-up time (a float with ``.pid``), stops it (process group) after.
 
     No --enable-lora: on a CPU server the trainer syncs merged weights (lora_sync="auto").
     ``cpus`` (e.g. ``"0"``) pins the whole server process tree to those cores (``taskset``).
+    ``env`` adds variables to the server's environment (e.g. ``VLLM_CPU_OMP_THREADS_BIND``).
     """
     from verifiers.inference.client import VLLMClient
 
@@ -70,7 +76,13 @@ def vllm_server(
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
     try:
         t0 = time.time()
         wait_ready(VLLMClient(port=port), proc, log_path)

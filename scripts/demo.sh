@@ -9,7 +9,8 @@
 #   4. serve the trained adapter and evaluate it on the same rows as step 2, then
 #      print the reward before and after training.
 # Extra arguments are vf-rl overrides, e.g.  bash scripts/demo.sh --trainer.args.learning_rate 3e-4
-# VF_DEMO_ENV picks another bundled task with a config in configs/vf-rl/ (e.g. reverse-text).
+# VF_DEMO_ENV picks another bundled task with a config in configs/vf-rl/: e.g. calculator (the
+# model learns to call a calculator tool) or number-guess (a multi-turn game).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -55,7 +56,17 @@ mkdir -p outputs
 start_server outputs/demo-vf-vllm.log --served-model-name smollm2
 
 echo "[demo] evaluating the base model on $env" >&2
-eval_args=(-b "http://127.0.0.1:$port/v1" -n 20 -r 2 -t 40 -T 1.0 -s)  # as the trainer samples
+# Sample as the trainer does: its max_tokens (per turn) from the config, temperature 1.
+max_tokens=$(python - "configs/vf-rl/$env.toml" <<'PY'
+import sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+print(tomllib.load(open(sys.argv[1], "rb"))["trainer"]["args"]["max_tokens"])
+PY
+)
+eval_args=(-b "http://127.0.0.1:$port/v1" -n 20 -r 2 -t "$max_tokens" -T 1.0 -s)
 vf-eval "$env" -m smollm2 "${eval_args[@]}"
 stop_server
 

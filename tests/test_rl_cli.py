@@ -236,7 +236,8 @@ def test_cli_entry_points_exist():
 
 
 def test_setup_declares_the_rl_extra_and_tomli_for_python_310(monkeypatch):
-    """``pip install "verifiers[rl]"`` (the guides' spelling) gets the training stack; 3.10 gets tomli."""
+    """``pip install "verifiers[rl]"`` (the guides' spelling) gets the training stack and DeepSpeed; 3.10 gets tomli.
+    deepspeed, wandb and trl are extras of their own: the package imports none of them unless asked."""
     import runpy
 
     import setuptools
@@ -246,7 +247,11 @@ def test_setup_declares_the_rl_extra_and_tomli_for_python_310(monkeypatch):
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / "setup.py"))
     extras = captured["extras_require"]
-    assert extras["rl"] == extras["train"] and any(r.startswith("trl") for r in extras["rl"])
+    assert extras["rl"] == extras["train"] + extras["deepspeed"]
+    assert any(r.startswith("deepspeed") for r in extras["rl"])
+    for name in ("trl", "wandb", "deepspeed"):
+        assert not any(r.startswith(name) for r in extras["train"]), name
+        assert any(r.startswith(name) for r in extras[name]), name
     assert 'tomli>=1.1; python_version < "3.11"' in captured["install_requires"]
 
 
@@ -441,7 +446,7 @@ def test_setup_writes_example_configs_that_parse(tmp_path, capsys):
     assert setup_cli.main(["--dir", str(out)]) == 0
     written = sorted(p.stem for p in out.glob("*.toml"))
     assert written == sorted(setup_cli.example_configs())
-    assert len(written) == 8
+    assert len(written) == 10
     for path in out.glob("*.toml"):
         tc.load_config(path)
     assert f"wrote {out / 'reverse-text.toml'}" in capsys.readouterr().out

@@ -74,7 +74,7 @@ def test_every_example_config_parses(path):
 
 def test_examples_cover_the_bundled_environments():
     expected = {"arithmetic", "reverse-text", "alphabet-sort", "gsm8k", "math-python", "wiki-search"}
-    expected |= {"wordle", "tool-test"}
+    expected |= {"wordle", "tool-test", "calculator", "number-guess"}
     assert {p.stem for p in EXAMPLES} == expected
 
 

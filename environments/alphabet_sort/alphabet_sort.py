@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 import re
-from difflib import SequenceMatcher
 from typing import Any
 
 import verifiers as vf
@@ -78,10 +77,14 @@ def parse_names(text: str | None) -> list[str]:
 
 
 def list_similarity(predicted: list[str], expected: list[str]) -> float:
-    """Sequence similarity of two name lists in [0, 1] (1.0 = identical, order included)."""
-    if not predicted and not expected:
-        return 1.0
-    return SequenceMatcher(None, predicted, expected, autojunk=False).ratio()
+    """``2 * LCS / (len(predicted) + len(expected))`` over names, in [0, 1] (1.0 = identical, order included).
+
+    The true longest common subsequence (rapidfuzz's Indel similarity), not
+    ``difflib.SequenceMatcher``'s greedy blocks, which can score far below it.
+    """
+    from rapidfuzz.distance import Indel
+
+    return Indel.normalized_similarity(predicted, expected)
 
 
 class AlphabetSortEnv(vf.MultiTurnEnv):

@@ -22,7 +22,9 @@ from fractions import Fraction
 from functools import lru_cache
 
 import verifiers as vf
+from verifiers.errors import ConfigError
 from verifiers.utils.sandbox import arun_python
+from verifiers.utils.tool_utils import tool_call_example
 
 SYSTEM_PROMPT = (
     "Solve the math problem. You can run Python with the `python` tool: pass a complete program and "
@@ -196,6 +198,27 @@ def rows(split: str) -> list[dict[str, str]]:
     return [{"question": q, "answer": a} for q, a in _all_problems()[start : start + SPLITS[split]]]
 
 
+# Worked exchanges shown before the problem: (question, the program, what it prints).
+# tests/test_bundled_envs.py checks that the sandbox prints exactly that.
+EXAMPLES = [
+    ("What is the remainder when 7^222 is divided by 13?", "print(pow(7, 222, 13))", str(pow(7, 222, 13))),
+    (
+        "In how many ways can a committee of 4 people be chosen from 30 people?",
+        "import math\nprint(math.comb(30, 4))",
+        str(math.comb(30, 4)),
+    ),
+]
+
+
+def few_shot(num_examples: int) -> list[dict]:
+    """``num_examples`` worked problems: the question, one ``python`` call, its output, the boxed answer."""
+    messages: list[dict] = []
+    for i, (question, code, printed) in enumerate(EXAMPLES[:num_examples]):
+        rounds = [[("python", {"code": code}, printed)]]
+        messages += tool_call_example(question, rounds, f"\\boxed{{{printed}}}", f"example_{i}")
+    return messages
+
+
 def make_python_tool(timeout_s: float, memory_mb: int, max_output_bytes: int) -> Callable:
     """The ``python`` tool, running code in the sandbox with these limits."""
 
@@ -220,6 +243,7 @@ def load_environment(
     timeout_s: float = 10.0,
     memory_mb: int = 512,
     max_output_bytes: int = 4096,
+    num_examples: int = 2,
     system_prompt: str = SYSTEM_PROMPT,
     seed: int = 0,
 ) -> vf.Environment:
@@ -232,9 +256,12 @@ def load_environment(
         timeout_s: wall-clock limit of one python call (the CPU limit is the same).
         memory_mb: memory limit of one python call.
         max_output_bytes: bytes of stdout and of stderr returned to the model per call.
+        num_examples: worked problems (question, python call, output, boxed answer) shown first (0 to 2).
         system_prompt: instructions shown to the model.
         seed: seed of the random subset taken when a count is given.
     """
+    if not 0 <= num_examples <= len(EXAMPLES):
+        raise ConfigError(f"num_examples must be 0 to {len(EXAMPLES)}, got {num_examples}")
     from datasets import Dataset
 
     def take(split: str, n: int) -> Dataset:
@@ -253,6 +280,7 @@ def load_environment(
         dataset=take("train", num_train_examples),
         eval_dataset=take("test", num_eval_examples),
         system_prompt=system_prompt,
+        few_shot=few_shot(num_examples),
         parser=parser,
         rubric=rubric,
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 import verifiers as vf
 from verifiers.errors import ConfigError
+from verifiers.utils.tool_utils import tool_call_example
 
 _CAPITALS = {"france": "Paris", "japan": "Tokyo", "kenya": "Nairobi", "peru": "Lima", "canada": "Ottawa"}
 _WORDS = "apple river silver window garden rocket pencil planet".split()
@@ -143,6 +144,31 @@ def make_rows(count: int, seed: int, min_tools: int, max_tools: int) -> list[dic
     return rows
 
 
+# Worked exchanges shown before the task: (the tools it asks for, with their arguments).
+EXAMPLES = [
+    [("add", {"a": 12, "b": 40}), ("reverse_text", {"text": "apple"})],
+    [("lookup_capital", {"country": "Japan"})],
+]
+
+
+def _ask(name: str, args: dict[str, Any]) -> str:
+    """The request sentence for one call, as ``_request`` writes it."""
+    given = " and ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in args.items())
+    return f"call `{name}` with {given}"
+
+
+def few_shot(num_examples: int) -> list[dict[str, Any]]:
+    """``num_examples`` worked tasks: the request, the calls (run for real), then ``DONE``."""
+    tools = {tool.__name__: tool for tool in TOOLS}
+    messages: list[dict[str, Any]] = []
+    for i, calls in enumerate(EXAMPLES[:num_examples]):
+        steps = "; ".join(_ask(name, args) for name, args in calls)
+        question = f"Please {steps}. Call each of these tools once and no others, then reply DONE."
+        rounds = [[(name, args, tools[name](**args)) for name, args in calls]]
+        messages += tool_call_example(question, rounds, "DONE", f"example_{i}")
+    return messages
+
+
 def exact_tool_set(completion, info, **_) -> float:
     """1.0 if the tools called are exactly the tools asked for (repeats allowed), else 0.0."""
     return 1.0 if set(vf.Parser.get_tool_call_names(completion)) == set(info["tools"]) else 0.0
@@ -160,6 +186,7 @@ def load_environment(
     min_tools: int = 1,
     max_tools: int = 3,
     max_turns: int = 5,
+    num_examples: int = 2,
     system_prompt: str = SYSTEM_PROMPT,
     seed: int = 0,
 ) -> vf.Environment:
@@ -171,6 +198,7 @@ def load_environment(
         min_tools: fewest tools a task names.
         max_tools: most tools a task names (at most 8, the number of tools).
         max_turns: most model turns per rollout.
+        num_examples: worked tasks (request, tool calls, results, DONE) shown before each task (0 to 2).
         system_prompt: instructions shown to the model.
         seed: generator seed (eval uses ``seed + 1_000_003``).
     """
@@ -178,6 +206,8 @@ def load_environment(
         raise ConfigError(
             f"need 1 <= min_tools <= max_tools <= {len(TOOLS)}, got {min_tools} and {max_tools}"
         )
+    if not 0 <= num_examples <= len(EXAMPLES):
+        raise ConfigError(f"num_examples must be 0 to {len(EXAMPLES)}, got {num_examples}")
     from datasets import Dataset
 
     train = make_rows(num_train_examples if num_train_examples > 0 else 500, seed, min_tools, max_tools)
@@ -197,6 +227,7 @@ def load_environment(
         dataset=Dataset.from_list(train),
         eval_dataset=Dataset.from_list(test),
         system_prompt=system_prompt,
+        few_shot=few_shot(num_examples),
         parser=parser,
         rubric=rubric,
     )

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import verifiers as vf
+from verifiers.errors import ConfigError
+from verifiers.utils.tool_utils import tool_call_example
 
 CORPUS_FILE = Path(__file__).with_name("wiki_search_corpus.json")
 
@@ -162,11 +164,31 @@ class WikiIndex:
         return [self.search_pages, self.view_sections, self.read_section]
 
 
+# A worked question (asked by no question of the corpus): search, list the sections, read one, answer.
+EXAMPLE_QUESTION = "Who is the present monarch of Veloria?"
+EXAMPLE_STEPS = [
+    ("search_pages", {"query": "monarch of Veloria"}),
+    ("view_sections", {"page_id": "veloria"}),
+    ("read_section", {"section_id": "veloria:government"}),
+]
+EXAMPLE_ANSWER = "<answer>Queen Ismene II</answer>"
+
+
+def few_shot(index: WikiIndex, num_examples: int) -> list[dict[str, Any]]:
+    """The worked question (``num_examples`` 1) or nothing (0): each call run on ``index`` for real."""
+    if not num_examples:
+        return []
+    tools = {tool.__name__: tool for tool in index.tools()}
+    rounds = [[(name, args, tools[name](**args))] for name, args in EXAMPLE_STEPS]
+    return tool_call_example(EXAMPLE_QUESTION, rounds, EXAMPLE_ANSWER, "example_0")
+
+
 def load_environment(
     num_train_examples: int = -1,
     num_eval_examples: int = -1,
     max_turns: int = 8,
     max_results: int = 5,
+    num_examples: int = 1,
     use_judge: bool = False,
     judge_model: str = "gpt-4.1-nano",
     judge_base_url: str | None = None,
@@ -181,6 +203,7 @@ def load_environment(
         num_eval_examples: evaluation questions to keep (-1: all 20).
         max_turns: most model turns per rollout.
         max_results: most pages search_pages returns.
+        num_examples: 1 shows a worked question (search, sections, read, answer) first; 0 does not.
         use_judge: also ask an LLM judge; its verdict becomes the reward (exact match is then tracked only).
         judge_model: the judge's model name.
         judge_base_url: the judge's OpenAI-compatible base URL (None: the OpenAI API).
@@ -188,6 +211,8 @@ def load_environment(
         system_prompt: instructions shown to the model.
         seed: seed of the question split.
     """
+    if num_examples not in (0, 1):
+        raise ConfigError(f"num_examples must be 0 or 1, got {num_examples}")
     from datasets import Dataset
 
     corpus = load_corpus()
@@ -247,6 +272,7 @@ def load_environment(
         dataset=Dataset.from_list(train),
         eval_dataset=Dataset.from_list(test),
         system_prompt=system_prompt,
+        few_shot=few_shot(index, num_examples),
         parser=parser,
         rubric=rubric,
     )

@@ -47,6 +47,40 @@ def test_split_batch_contiguous_per_process():
         split_batch(batch, num_processes=2, process_index=2, num_micro_batches=2)
 
 
+def test_split_batch_cuts_between_rollouts_when_one_is_split_per_turn():
+    # 8 rollouts (2 groups of 4) in 2 micro-batches; rollout 6 was trained as 2 samples
+    # (a template rewrite), so there are 9 rows. Even cuts of rows would put 5 + 4 rows and
+    # move rollout 4 (group 1) into the first micro-batch; cuts between rollouts keep the groups.
+    index = [0, 1, 2, 3, 4, 5, 6, 6, 7]
+    rows = [f"r{i}" for i in index]
+    parts = split_batch(rows, num_processes=1, process_index=0, num_micro_batches=2, rollout_index=index)
+    assert parts == [["r0", "r1", "r2", "r3"], ["r4", "r5", "r6", "r6", "r7"]]
+    assert split_batch(rows, num_processes=1, process_index=0, num_micro_batches=2)[0][-1] == "r4"  # rows cut
+    # Over 2 processes: each takes 4 rollouts, whatever their row counts.
+    assert split_batch(rows, num_processes=2, process_index=1, num_micro_batches=1, rollout_index=index) == [
+        ["r4", "r5", "r6", "r6", "r7"]
+    ]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        split_batch(rows, num_processes=1, process_index=0, num_micro_batches=2, rollout_index=index[::-1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=st.lists(st.integers(1, 3), max_size=30), processes=st.integers(1, 4), micro=st.integers(1, 4))
+def test_split_batch_by_rollout_covers_every_row_once_and_never_splits_a_rollout(counts, processes, micro):
+    index = [k for k, c in enumerate(counts) for _ in range(c)]
+    parts = [
+        split_batch(list(range(len(index))), num_processes=processes, process_index=p,
+                    num_micro_batches=micro, rollout_index=index)
+        for p in range(processes)
+    ]  # fmt: skip
+    assert all(len(mbs) == micro for mbs in parts)
+    flat = [x for mbs in parts for mb in mbs for x in mb]
+    assert flat == list(range(len(index)))
+    filled = [mb for mbs in parts for mb in mbs if mb]
+    for a, b in zip(filled, filled[1:], strict=False):
+        assert index[a[-1]] != index[b[0]]  # no rollout across a cut, within or between processes
+
+
 @settings(max_examples=100, deadline=None)
 @given(n=st.integers(0, 60), processes=st.integers(1, 5), micro=st.integers(1, 5))
 def test_split_batch_covers_everything_once(n, processes, micro):

@@ -25,7 +25,7 @@ from verifiers.errors import ConfigError
 from verifiers.types import ChatMessage, Messages, State
 from verifiers.utils.async_utils import call_maybe_async
 from verifiers.utils.logging import warn_once
-from verifiers.utils.tool_utils import function_to_tool_schema, tool_name
+from verifiers.utils.tool_utils import format_tool_result, function_to_tool_schema, tool_name
 
 # The state of the rollout whose tool calls are running (each rollout runs in its own
 # task, so this is per rollout): lets ``call_tool``, whose signature subclasses
@@ -142,7 +142,7 @@ class ToolEnv(MultiTurnEnv):
         if err is not None:
             return _tool_message(str(self.error_formatter(err)), tool_call_id)
         result = task.result()
-        return _tool_message(_result_text(result), tool_call_id)
+        return _tool_message(format_tool_result(result), tool_call_id)
 
     def _count_timeout(self, tool_name: str, timeout: float | None) -> None:
         state = _ROLLOUT_STATE.get()
@@ -156,17 +156,6 @@ class ToolEnv(MultiTurnEnv):
             tool_name,
             timeout or 0.0,
         )
-
-
-def _result_text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    if isinstance(result, (dict, list)):
-        try:
-            return json.dumps(result)
-        except (TypeError, ValueError):
-            pass
-    return str(result)
 
 
 def _tool_message(content: str, tool_call_id: str) -> ChatMessage:

@@ -56,7 +56,14 @@ def even_slices(n: int, parts: int) -> list[slice]:
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-def split_batch(batch: Any, *, num_processes: int, process_index: int, num_micro_batches: int) -> list[Any]:
+def split_batch(
+    batch: Any,
+    *,
+    num_processes: int,
+    process_index: int,
+    num_micro_batches: int,
+    rollout_index: Sequence[int] | None = None,
+) -> list[Any]:
     """This process's micro-batches of a global batch (anything with ``len`` and slicing).
 
     Every process receives the same global batch, takes its contiguous slice
@@ -64,14 +71,31 @@ def split_batch(batch: Any, *, num_processes: int, process_index: int, num_micro
     into ``num_micro_batches`` contiguous micro-batches. When ``len(batch)`` is a
     multiple of ``num_processes × num_micro_batches`` (the config guarantees it for
     one sample per rollout) every micro-batch has exactly that many rows, i.e.
-    ``per_device_train_batch_size``; otherwise (a rollout split into one sample
-    per turn) sizes differ by at most one, and every process still runs the same
-    number of micro-steps.
+    ``per_device_train_batch_size``; otherwise sizes differ by at most one, and every
+    process still runs the same number of micro-steps.
+
+    ``rollout_index`` (the rollout of each row, non-decreasing) makes the cuts fall
+    between rollouts: the rollouts are split as above and each part takes all the
+    rows of its rollouts. A rollout trained as one sample per turn (a chat template
+    that rewrote a turn) then leaves every cut where it would be with one sample per
+    rollout, so a GRPO group's rows stay together and keep sharing their prompt
+    (packed log-probs); cutting rows evenly would shift every later cut by a row.
     """
     if not 0 <= process_index < num_processes:
         raise ValueError(f"process_index={process_index} is outside 0..{num_processes - 1}")
-    mine = batch[even_slices(len(batch), num_processes)[process_index]]
-    return [mine[s] for s in even_slices(len(mine), num_micro_batches)]
+    if rollout_index is None:
+        mine = batch[even_slices(len(batch), num_processes)[process_index]]
+        return [mine[s] for s in even_slices(len(mine), num_micro_batches)]
+    index = list(rollout_index)
+    if len(index) != len(batch):
+        raise ValueError(f"rollout_index has {len(index)} entries for {len(batch)} rows")
+    if any(b < a for a, b in zip(index, index[1:], strict=False)):
+        raise ValueError("rollout_index must be non-decreasing (each rollout's rows together, in order)")
+    # firsts[k]: the first row of the k-th rollout present; a final entry closes the last one.
+    firsts = [i for i in range(len(index)) if i == 0 or index[i] != index[i - 1]] + [len(index)]
+    mine = even_slices(len(firsts) - 1, num_processes)[process_index]
+    parts = even_slices(mine.stop - mine.start, num_micro_batches)
+    return [batch[firsts[mine.start + s.start] : firsts[mine.start + s.stop]] for s in parts]
 
 
 def pad_and_stack(

@@ -175,3 +175,58 @@ def function_to_tool_schema(fn: Callable[..., Any], args_to_skip: Iterable[str] 
 
 # 0.1.x name for the same thing.
 convert_func_to_oai_tool = function_to_tool_schema
+
+
+def format_tool_result(result: Any) -> str:
+    """A tool's return value as the text of its ``role: "tool"`` message (JSON for dicts and lists)."""
+    import json
+
+    if isinstance(result, str):
+        return result
+    if isinstance(result, (dict, list)):
+        try:
+            return json.dumps(result)
+        except (TypeError, ValueError):
+            pass
+    return str(result)
+
+
+ToolCallRound = Sequence[tuple[str, dict[str, Any], Any]]
+"""One assistant turn's tool calls: ``(tool name, arguments, the tool's return value)`` each."""
+
+
+def tool_call_example(
+    question: str, rounds: Sequence[ToolCallRound], answer: str, tag: str = "example"
+) -> list[dict[str, Any]]:
+    """A worked tool-use exchange as chat messages, for an environment's ``few_shot``.
+
+    For each round, one assistant message with those ``tool_calls`` and one
+    ``role: "tool"`` message per call (the return value written as ``ToolEnv``
+    writes it); then the assistant's final ``answer``. The chat template renders
+    them in the model's own tool format (verifiers' Hermes fallback where the
+    model's template drops tools), so a small model sees the call format used, not
+    only described: SmolLM2-135M made no tool call with the schema and instructions
+    alone, and called the calculator in about a fifth of its replies after two such
+    exchanges (environments/calculator). ``tag`` keeps call ids unique across examples.
+    """
+    import json
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    for r, calls in enumerate(rounds):
+        ids = [f"{tag}_{r}_{i}" for i in range(len(calls))]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+                    for cid, (name, args, _) in zip(ids, calls, strict=True)
+                ],
+            }
+        )
+        messages += [
+            {"role": "tool", "content": format_tool_result(result), "tool_call_id": cid}
+            for cid, (_, _, result) in zip(ids, calls, strict=True)
+        ]
+    messages.append({"role": "assistant", "content": answer})
+    return messages
