@@ -100,7 +100,6 @@ PAGES: dict[str, tuple[str, str, list[str]]] = {
             "verifiers.errors:PromptTooLongError",
             "verifiers.errors:WeightSyncError",
             "verifiers.errors:GenerationError",
-            "verifiers.errors:TemplateRewriteError",
         ],
     ),
     "utils.md": (

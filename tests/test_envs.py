@@ -409,3 +409,33 @@ async def test_a_generate_accepts_dict_inputs():
     assert results.info == [{"a": 1}, {}]
     assert results.task == ["default", "default"]
     assert results.reward == [0.0, 0.0] and results.state[0]["turn"] == 2
+
+
+def test_blocking_methods_follow_an_overridden_async_method():
+    """``generate`` / ``evaluate`` run ``self.a_generate`` / ``self.a_evaluate``, overrides included."""
+    import inspect
+
+    from verifiers.envs.environment import Environment
+
+    class Counting(SingleTurnEnv):
+        calls: list[str] = []
+
+        async def a_generate(self, inputs, client, model, *args, **kwargs):
+            self.calls.append("a_generate")
+            return "generated"
+
+        async def a_evaluate(self, client, model, *args, **kwargs):
+            self.calls.append("a_evaluate")
+            return await super().a_evaluate(client, model, *args, **kwargs)
+
+    env = Counting(dataset=qa_dataset(), eval_dataset=qa_dataset(), rubric=Rubric(funcs=[exact]))
+    assert env.generate({"prompt": []}, None, "m") == "generated"
+    assert env.evaluate(None, "m", num_examples=1) == "generated"
+    assert Counting.calls == ["a_generate", "a_evaluate", "a_generate"]
+    assert Environment.generate.__name__ == "generate"
+    assert list(inspect.signature(Environment.evaluate).parameters)[:4] == [
+        "self",
+        "client",
+        "model",
+        "sampling_args",
+    ]

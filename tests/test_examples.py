@@ -332,7 +332,8 @@ def test_sft_trains_on_saved_tool_rollouts(tiny_model_dir, tmp_path):
     from tests.fakeserver import fake_server
     from verifiers.cli.eval import save_results
 
-    env = vf.load_environment("tool-test", num_eval_examples=4, max_tools=2)
+    # num_examples=0: the fake replies read the first user message as the task (no worked examples)
+    env = vf.load_environment("tool-test", num_eval_examples=4, max_tools=2, num_examples=0)
     with fake_server(tool_test_reply) as server:
         results = asyncio.run(env.a_evaluate(server.client(), "fake-model", num_examples=4))
     run = save_results(results, {}, "tool-test", "fake-model", root=tmp_path / "evals")

@@ -466,7 +466,7 @@ def test_command_line_forms():
         ([], "no config file given"),
         (["c.toml"], "unexpected argument 'c.toml'"),
         (["@"], "'@' must be followed by a config file"),
-        (["@", "a.toml", "@", "b.toml"], "two config files given"),
+        (["@", "a.toml", "@a.toml"], r"two config files given are the same file \(a.toml\)"),
         (["@", "a.toml", "--"], "unexpected argument '--'"),
     ],
 )

@@ -97,10 +97,6 @@ class GenerationError(VerifiersError):
     """Rollout generation failed in the background generator; the cause is chained."""
 
 
-class TemplateRewriteError(VerifiersError):
-    """A chat template rewrote earlier turns, so a rollout's turns do not extend each other."""
-
-
 def nearest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:
     """The candidate closest to ``name`` (difflib ratio >= ``cutoff``), for "did you mean" hints; or None."""
     match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)

@@ -17,12 +17,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, Union
 
+# Re-exported: the typed failure a rollout state carries (defined with its kinds in rollout/failure.py).
+from verifiers.rollout.failure import FailureKind, RolloutFailure  # noqa: F401
+
 ChatMessage = dict[str, Any]
 """An OpenAI chat message: ``{"role": ..., "content": ..., ["tool_calls" | "tool_call_id"]}``."""
 Messages = Union[str, list[ChatMessage]]
 """A prompt or completion: a string (completion API) or a list of chat messages."""
 MessageType = Literal["chat", "completion"]
 State = dict[str, Any]
+"""A rollout's state: a dict, so code written for 0.1.x reads and adds keys as before. The keys
+every state has are listed in docs/architecture.md ("Rollout state"); ``state["failure"]`` is
+typed: ``None`` or a ``RolloutFailure`` (``kind``: a ``FailureKind``, ``message``)."""
 Info = dict[str, Any]
 SamplingArgs = dict[str, Any]
 RewardFunc = Callable[..., Union[float, Awaitable[float]]]

@@ -164,23 +164,37 @@ class WikiIndex:
         return [self.search_pages, self.view_sections, self.read_section]
 
 
-# A worked question (asked by no question of the corpus): search, list the sections, read one, answer.
-EXAMPLE_QUESTION = "Who is the present monarch of Veloria?"
-EXAMPLE_STEPS = [
-    ("search_pages", {"query": "monarch of Veloria"}),
-    ("view_sections", {"page_id": "veloria"}),
-    ("read_section", {"section_id": "veloria:government"}),
+# Worked questions (asked by no question of the corpus): search, list the sections, read one, answer.
+EXAMPLES = [
+    (
+        "Who is the present monarch of Veloria?",
+        [
+            ("search_pages", {"query": "monarch of Veloria"}),
+            ("view_sections", {"page_id": "veloria"}),
+            ("read_section", {"section_id": "veloria:government"}),
+        ],
+        "<answer>Queen Ismene II</answer>",
+    ),
+    (
+        "Where is the original copy of the Crane Atlas kept?",
+        [
+            ("search_pages", {"query": "Crane Atlas original copy"}),
+            ("view_sections", {"page_id": "crane_atlas"}),
+            ("read_section", {"section_id": "crane_atlas:copies"}),
+        ],
+        "<answer>the library of Ashmere University</answer>",
+    ),
 ]
-EXAMPLE_ANSWER = "<answer>Queen Ismene II</answer>"
 
 
 def few_shot(index: WikiIndex, num_examples: int) -> list[dict[str, Any]]:
-    """The worked question (``num_examples`` 1) or nothing (0): each call run on ``index`` for real."""
-    if not num_examples:
-        return []
+    """The first ``num_examples`` worked questions, each call run on ``index`` for real."""
     tools = {tool.__name__: tool for tool in index.tools()}
-    rounds = [[(name, args, tools[name](**args))] for name, args in EXAMPLE_STEPS]
-    return tool_call_example(EXAMPLE_QUESTION, rounds, EXAMPLE_ANSWER, "example_0")
+    messages: list[dict[str, Any]] = []
+    for i, (question, steps, answer) in enumerate(EXAMPLES[:num_examples]):
+        rounds = [[(name, args, tools[name](**args))] for name, args in steps]
+        messages += tool_call_example(question, rounds, answer, f"example_{i}")
+    return messages
 
 
 def load_environment(
@@ -203,7 +217,7 @@ def load_environment(
         num_eval_examples: evaluation questions to keep (-1: all 20).
         max_turns: most model turns per rollout.
         max_results: most pages search_pages returns.
-        num_examples: 1 shows a worked question (search, sections, read, answer) first; 0 does not.
+        num_examples: worked questions (search, sections, read, answer) shown first (0 to 2).
         use_judge: also ask an LLM judge; its verdict becomes the reward (exact match is then tracked only).
         judge_model: the judge's model name.
         judge_base_url: the judge's OpenAI-compatible base URL (None: the OpenAI API).
@@ -211,8 +225,8 @@ def load_environment(
         system_prompt: instructions shown to the model.
         seed: seed of the question split.
     """
-    if num_examples not in (0, 1):
-        raise ConfigError(f"num_examples must be 0 or 1, got {num_examples}")
+    if not 0 <= num_examples <= len(EXAMPLES):
+        raise ConfigError(f"num_examples must be 0 to {len(EXAMPLES)}, got {num_examples}", hint="e.g. num_examples=2")
     from datasets import Dataset
 
     corpus = load_corpus()

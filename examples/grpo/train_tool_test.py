@@ -56,22 +56,14 @@ def main() -> None:
     model, tokenizer = vf.get_model_and_tokenizer(cli.model)
     args = vf.grpo_defaults(
         run_name="tool-test",
+        preset="small",  # LoRA on a small model, one machine: no warm-up, no KL, no reporting
         max_steps=cli.max_steps,
-        # One optimizer step = 4 tasks x 8 rollouts (8 per micro-batch x 4 micro-batches).
-        num_generations=8,
-        per_device_train_batch_size=8,
-        gradient_accumulation_steps=4,
+        # grpo_defaults: one optimizer step = 4 tasks x 8 rollouts, no KL penalty, no reporting,
+        # the server on loopback; below, what this task needs.
         max_tokens=128,  # per model turn: tool calls or DONE
         max_prompt_length=1024,  # a tool-aware template adds ~700 tokens of schemas for 8 tools
         max_seq_len=2048,  # the whole rollout: every turn and tool result
         learning_rate=5e-5,  # a LoRA rate; grpo_defaults' 1e-6 suits full fine-tuning
-        warmup_steps=0,  # constant_with_warmup gives step 1 a learning rate of 0 otherwise
-        max_grad_norm=1.0,
-        beta=0.0,  # no KL penalty: saves the reference forward pass
-        gradient_checkpointing=False,  # a 135M model fits; turn it on for larger models
-        save_steps=10,
-        report_to="none",  # or "wandb"
-        vllm_server_host="127.0.0.1",
         vllm_server_port=cli.port,
     )
     trainer = vf.GRPOTrainer(

@@ -13,7 +13,6 @@ from hypothesis import strategies as st  # noqa: E402
 from verifiers.training.advantages import (  # noqa: E402
     STD_EPS,
     compute_advantages,
-    expand_groups,
     filter_groups,
 )
 
@@ -79,7 +78,6 @@ def test_filter_groups_by_hand():
     assert stats["filtered_zero_std_frac"] == 0.5
     assert stats["filtered_below_frac"] == 0.25
     assert stats["filtered_above_frac"] == 0.5
-    assert expand_groups(keep, 2).tolist() == [False, False, True, True, False, False, False, False]
 
 
 def test_filter_groups_options():

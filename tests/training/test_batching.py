@@ -13,23 +13,11 @@ from verifiers.training.batching import (  # noqa: E402
     build_train_batch,
     even_slices,
     pad_and_stack,
-    repeat_for_groups,
     split_batch,
 )
 from verifiers.types import ProcessedOutputs  # noqa: E402
 
 PAD = 0
-
-
-def test_repeat_for_groups_is_group_major_and_copies_dicts():
-    rows = [{"q": "a"}, {"q": "b"}]
-    out = repeat_for_groups(rows, 3)
-    assert [r["q"] for r in out] == ["a", "a", "a", "b", "b", "b"]
-    out[0]["q"] = "changed"
-    assert out[1]["q"] == "a" and rows[0]["q"] == "a"
-    assert repeat_for_groups([1, 2], 2) == [1, 1, 2, 2]
-    with pytest.raises(ValueError, match="num_generations=0"):
-        repeat_for_groups(rows, 0)
 
 
 def test_split_batch_contiguous_per_process():
@@ -161,7 +149,6 @@ def test_build_train_batch_attention_and_loss_masks_differ():
     assert batch.advantages_B.tolist() == [0.5, -0.5]
     assert batch.rewards_B.tolist() == [1.0, 0.0]
     assert batch.completion_start == 1  # the shortest prompt
-    assert batch.num_loss_tokens == 4
 
 
 def test_one_forward_pass_scores_completion_tokens():

@@ -219,7 +219,7 @@ def test_grpo_defaults_cpu_fallback(monkeypatch, warnings_seen):
     assert cfg.report_to == []  # "none": nothing to report to
     assert any("bf16" in m and "fp32" in m for m in warnings_seen)
     assert any("wandb is not installed" in m for m in warnings_seen)
-    # api.md values
+    # api.md values (the 0.1.x defaults scripts rely on)
     assert cfg.output_dir == "outputs/my-run" and cfg.run_name == "my-run"
     assert cfg.learning_rate == 1e-6 and cfg.lr_scheduler_type == "constant_with_warmup"
     assert (cfg.warmup_steps, cfg.max_steps, cfg.max_grad_norm) == (10, 500, 0.01)
@@ -227,7 +227,14 @@ def test_grpo_defaults_cpu_fallback(monkeypatch, warnings_seen):
     assert (cfg.num_generations, cfg.gradient_accumulation_steps) == (8, 4)
     assert cfg.gradient_checkpointing and cfg.save_only_model and cfg.log_completions
     assert (cfg.save_strategy, cfg.save_steps, cfg.logging_steps) == ("steps", 500, 1)
-    assert cfg.log_on_each_node is False
+    assert cfg.log_on_each_node is False and cfg.vllm_server_host == "127.0.0.1"
+    # preset="small": what the shipped examples (and vf-rl) train with, none of them overriding it
+    small = grpo_defaults("small-run", preset="small")
+    assert (small.warmup_steps, small.max_grad_norm, small.beta, small.max_seq_len) == (0, 1.0, 0.0, 2048)
+    assert not small.gradient_checkpointing and small.save_steps == 50 and small.report_to == []
+    assert small.learning_rate == 1e-6 and (small.per_device_train_batch_size, small.num_generations) == (8, 8)
+    with pytest.raises(ConfigError, match="unknown preset 'tiny'.*use one of"):
+        grpo_defaults("x", preset="tiny")
     # warned once, not per call
     n = len(warnings_seen)
     grpo_defaults("again")

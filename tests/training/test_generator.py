@@ -136,7 +136,7 @@ def test_filtering_oversamples_to_keep_the_batch_full():
     batch = asyncio.run(make_producer(env, keep_groups=keep_even).produce(0, 0))
     assert batch.outputs.prompt == ["p00"] * 3 + ["p02"] * 3
     assert calls == [2, 1]
-    assert batch.metrics["filtered_groups_share"] == pytest.approx(1 / 3)
+    assert batch.metrics["filtered_groups_frac"] == pytest.approx(1 / 3)
 
 
 def test_merge_outputs_reorders_and_fills_missing_metrics():

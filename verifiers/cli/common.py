@@ -1,4 +1,4 @@
-"""Helpers shared by the command-line tools (vf-eval, vf-init, vf-install).
+"""Helpers shared by the vf-* command-line tools (vf-eval, vf-init, vf-install, vf-setup, vf-models, ...).
 
 Every CLI has the same contract for bad input: one line ``error: <message>``
 on stderr and exit status 2, never a traceback. :func:`run_cli` enforces it
@@ -112,6 +112,15 @@ def run_cli(body: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
         print_error("interrupted")
         return EXIT_INTERRUPTED
     return EXIT_OK if status is None else status
+
+
+def run_parsed(
+    build_parser: Callable[[], argparse.ArgumentParser],
+    body: Callable[[argparse.Namespace], int | None],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """:func:`run_cli` for a command whose body takes the arguments ``build_parser()`` parsed."""
+    return run_cli(lambda args: body(build_parser().parse_args(args)), argv)
 
 
 def parse_json_arg(text: str | None, flag: str) -> dict[str, Any]:

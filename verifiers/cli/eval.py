@@ -45,7 +45,7 @@ from verifiers.cli.common import (
     parse_json_arg,
     resolve_api_key,
     resolve_endpoint,
-    run_cli,
+    run_parsed,
 )
 from verifiers.errors import ConfigError, ServerError, ServerUnreachableError
 from verifiers.utils.env_loader import env_name
@@ -97,11 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``vf-eval``; returns the exit status (0, or 2 for bad input)."""
-    return run_cli(_run, argv)
+    return run_parsed(build_parser, _run, argv)
 
 
-def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     from verifiers.utils.logging import setup_logging
 
     setup_logging("DEBUG" if args.verbose else "WARNING")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
-from verifiers.cli.common import CLIParser, run_cli
+from verifiers.cli.common import CLIParser, run_parsed
 from verifiers.errors import ConfigError
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -37,11 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``vf-init``; returns the exit status."""
-    return run_cli(_run, argv)
+    return run_parsed(build_parser, _run, argv)
 
 
-def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     folder = init_environment(args.name, args.path, force=args.force)
     print(f"created environment '{args.name}' in {folder}")
     print(f"next: vf-install {args.name} --path {args.path}   then: vf-eval {args.name}")

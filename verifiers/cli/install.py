@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from verifiers.cli.common import CLIParser, run_cli
+from verifiers.cli.common import CLIParser, run_parsed
 from verifiers.errors import ConfigError, VerifiersError
 from verifiers.utils.env_loader import (
     check_env_version,
@@ -51,11 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``vf-install``; returns the exit status."""
-    return run_cli(_run, argv)
+    return run_parsed(build_parser, _run, argv)
 
 
-def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     try:
         folder = find_environment_folder(args.name, args.path)
     except FolderNotFoundError:

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from verifiers.cli.common import CLIParser, int_at_least, run_cli
+from verifiers.cli.common import CLIParser, int_at_least, run_parsed
 from verifiers.errors import ConfigError, MissingExtraError
 
 
@@ -40,8 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _body(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+def _body(args: argparse.Namespace) -> int:
     try:
         from verifiers import models  # noqa: F401  (fails early if torch/transformers are missing)
     except ModuleNotFoundError as e:
@@ -86,7 +85,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(_body, argv)
+    return run_parsed(build_parser, _body, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,6 +13,7 @@ required) and suits multi-GPU, long or multi-node runs.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from verifiers.cli.common import CLIParser, run_cli
+from verifiers.cli.common import CLIParser, run_parsed
 from verifiers.errors import ConfigError
 
 # prime-rl loads models from the hub; our local alias stands for this hub id.
@@ -44,11 +45,10 @@ def build_parser() -> CLIParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``vf-setup``; returns the exit status."""
-    return run_cli(_run, argv)
+    return run_parsed(build_parser, _run, argv)
 
 
-def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     examples = example_configs()
     if args.list:
         print("\n".join(examples))

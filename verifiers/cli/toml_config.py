@@ -1,128 +1,61 @@
-"""The one-TOML run config of ``vf-rl`` / ``vf-train``: loading, schema, CLI overrides.
+"""The ``vf-rl`` / ``vf-train`` command line: config files, overrides, environment variables, ``--help``.
 
-    model = "smollm2"                  # hub id, local folder, or "smollm2"
+    vf-rl @ base.toml @ cpu.toml --trainer.args.max_steps 5 --no-trainer.args.use_lora
 
-    [env]                              # or several [[env]] tables, each with a sampling weight
-    id = "reverse-text"
-    args = { num_train_examples = 200 }   # -> load_environment(**args)
-    # weight = 1.0                     # [[env]] only: relative share of the prompts (EnvGroup weights)
-    # name = "rt"                      # task name in the EnvGroup (default: the id)
+- ``@ FILE`` may be given several times: the files are merged in order, table by
+  table and key by key, the later file winning (a list, such as ``[[env]]`` tables,
+  is replaced whole).
+- ``--dotted.key VALUE`` or ``--dotted.key=VALUE`` sets one key; values are TOML
+  literals (``5``, ``true``, ``1e-5``, ``["q_proj"]``), anything else is a string;
+  ``--env.1.weight 2`` indexes ``[[env]]``. A bare ``--key`` is ``true``, and
+  ``--no-KEY`` is ``false`` (``--no-trainer.args.use_lora``).
+- Environment variables ``VF_RL__<KEY>`` set keys too, ``__`` between the parts of the
+  dotted key, any case: ``VF_RL__TRAINER__ARGS__LEARNING_RATE=1e-4``.
+- Precedence, lowest first: defaults < the files in order < environment variables <
+  the command line.
+- ``-h`` / ``--help`` lists every key with its default and help, from the dataclasses.
 
-    [inference]
-    gpus = 0                           # 0: serve on CPU
-    # host = "127.0.0.1"; port = 8000
-    [inference.args]                   # -> vf-vllm flags: enforce_eager = true -> --enforce-eager
-    enforce_eager = true
-
-    [trainer]
-    gpus = 0                           # > 1: accelerate launch with that many processes
-    # accelerate_config = "configs/zero3.yaml"
-    [trainer.args]                     # RLConfig fields, or any other GRPOConfig field
-    batch_size = 32
-    # resume_from_checkpoint = true    # the last complete checkpoint in output_dir, or a folder
-    [trainer.args.wandb]               # with report_to = "wandb"
-    project = "my-project"
-
-Overrides on the command line: ``--trainer.args.max_steps 5`` or ``--model=smollm2``;
-values are TOML literals (``5``, ``true``, ``1e-5``, ``["q_proj"]``), anything else is a
-string; ``--env.1.weight 2`` indexes ``[[env]]``. A key that is not in the schema is a
-``ConfigError`` naming the nearest valid key; so is a value of the wrong type.
+A key that is not in the schema (toml_schema.py) is a ``ConfigError`` naming the nearest
+valid key; so is a value of the wrong type.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import functools
+import copy
 import json
-import math
 import os
+import re
 import sys
-import types
-import typing
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verifiers.cli.toml_schema import (  # noqa: F401 (re-exported: the 0.2 names of this module)
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ENV_KEYS,
+    INFERENCE_KEYS,
+    TOP_KEYS,
+    TRAINER_KEYS,
+    WANDB_KEYS,
+    EnvConfig,
+    InferenceConfig,
+    RunConfig,
+    TrainerConfig,
+    parse_config,
+    schema_keys,
+)
 from verifiers.errors import ConfigError
-from verifiers.training.config import GRPOConfig
-from verifiers.training.rl import RENAMED_GRPO_FIELDS, RLConfig, check_batch_sizes, grpo_field_names, nearest
-from verifiers.utils.env_loader import env_name
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-TOP_KEYS = ("model", "env", "inference", "trainer")
-ENV_KEYS = ("id", "args", "weight", "name")
-INFERENCE_KEYS = ("gpus", "host", "port", "args")
-TRAINER_KEYS = ("gpus", "args", "accelerate_config")
-WANDB_KEYS = ("project", "name", "entity")
-DEFAULT_HOST = RLConfig.vllm_server_host
-DEFAULT_PORT = RLConfig.vllm_server_port
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """One environment of the run: ``load_environment(id, **args)``, sampled with ``weight``."""
-
-    id: str
-    args: dict[str, Any] = field(default_factory=dict)
-    weight: float | None = 1.0  # None: several [[env]] tables and none sets a weight (sizes decide)
-    name: str = ""  # task name inside an EnvGroup
-
-
-@dataclass(frozen=True)
-class InferenceConfig:
-    """The ``vf-vllm`` server: where it listens, its GPUs, and its extra flags (``args``)."""
-
-    gpus: int = 1
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    args: dict[str, Any] = field(default_factory=dict)  # without host/port: those are above
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class TrainerConfig:
-    """The trainer: its GPUs and the ``RLConfig`` keyword arguments (``args``)."""
-
-    gpus: int = 1
-    args: dict[str, Any] = field(default_factory=dict)
-    accelerate_config: str | None = None
-    # trainer.train(resume_from_checkpoint=...): True (the last complete checkpoint), a folder, or None
-    resume_from_checkpoint: bool | str | None = None
-
-    @property
-    def num_processes(self) -> int:
-        return max(self.gpus, 1)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """A validated vf-rl config."""
-
-    model: str
-    envs: list[EnvConfig]
-    inference: InferenceConfig
-    trainer: TrainerConfig
-    source: Path | None = None
-
-    def rl_config(self) -> RLConfig:
-        return RLConfig(**self.trainer.args)
-
-    @property
-    def run_name(self) -> str:
-        return self.trainer.args["run_name"]
-
-    @property
-    def output_dir(self) -> Path:
-        return Path(self.trainer.args.get("output_dir") or os.path.join("outputs", self.run_name))
+ENV_PREFIX = "VF_RL__"
+_FIRST_SENTENCE = re.compile(r"(?<!e\.g)(?<!i\.e)\.\s")  # "e.g. " does not end a sentence
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -141,11 +74,49 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid TOML: {err}") from None
 
 
-def load_config(path: str | os.PathLike, overrides: Sequence[tuple[str, str]] = ()) -> RunConfig:
-    """Read ``path``, apply ``overrides`` (``(dotted key, value text)``), validate."""
-    raw = read_toml(path)
+def load_config(
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    overrides: Sequence[tuple[str, str]] = (),
+    environ: Mapping[str, str] | None = None,
+) -> RunConfig:
+    """Read the config file(s), merge them in order, apply the environment's ``VF_RL__`` variables
+    (``environ``, default ``os.environ``), then ``overrides`` (``(dotted key, value text)``); validate.
+
+    Precedence, lowest first: the dataclass defaults, the files in order, environment
+    variables, the command line.
+    """
+    files = [Path(paths)] if isinstance(paths, (str, os.PathLike)) else [Path(p) for p in paths]
+    raw: dict[str, Any] = {}
+    for path in files:
+        merge_tables(raw, read_toml(path))
+    apply_overrides(raw, env_overrides(os.environ if environ is None else environ), source="environment")
     apply_overrides(raw, overrides)
-    return parse_config(raw, source=Path(path))
+    return parse_config(raw, sources=files)
+
+
+def merge_tables(into: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``other`` into ``into`` key by key (tables recursively); any other value of ``other``
+    (a list of ``[[env]]`` tables included) replaces the one in ``into``."""
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge_tables(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+    return into
+
+
+def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``VF_RL__TRAINER__ARGS__LEARNING_RATE=1e-4`` -> ``("trainer.args.learning_rate", "1e-4")``.
+
+    After the prefix, ``__`` separates the keys of the dotted path and the names are
+    lower-cased; the values are read like command-line values (TOML literals, else strings).
+    Sorted by name, so the order does not depend on the environment's.
+    """
+    return [
+        (name[len(ENV_PREFIX) :].lower().replace("__", "."), text)
+        for name, text in sorted(environ.items())
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX)
+    ]
 
 
 def parse_value(text: str) -> Any:
@@ -156,11 +127,19 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def apply_overrides(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -> None:
+def apply_overrides(
+    raw: dict[str, Any], overrides: Sequence[tuple[str, str]], source: str = "command line"
+) -> None:
     """Set each dotted key in ``raw`` (tables are created; digits index ``[[env]]``)."""
     for key, text in overrides:
         parts = key.split(".")
         if not all(parts):
+            if source == "environment":
+                variable = ENV_PREFIX + key.upper().replace(".", "__")
+                raise ConfigError(
+                    f"environment variable {variable} does not name a dotted key",
+                    hint=f"e.g. {ENV_PREFIX}TRAINER__ARGS__MAX_STEPS=5",
+                )
             raise ConfigError(f"override --{key} is not a dotted key", hint="e.g. --trainer.args.max_steps 5")
         node: Any = raw
         for i, part in enumerate(parts):
@@ -185,310 +164,6 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -
                 node[part] = parse_value(text)
             else:
                 node = node.setdefault(part, {})
-
-
-# -- validation -------------------------------------------------------------------------------
-
-
-def parse_config(raw: dict[str, Any], source: Path | None = None) -> RunConfig:
-    """Validate a raw TOML mapping into a :class:`RunConfig` (see the module docstring)."""
-    _check_keys("", raw, TOP_KEYS)
-    model = raw.get("model")
-    if model is None:
-        raise ConfigError(
-            "the config sets no model", hint='add model = "smollm2" (or a hub id / folder) at the top'
-        )
-    _check_type("model", model, str)
-    envs = _parse_envs(raw.get("env"))
-    inference = _table(raw, "inference", INFERENCE_KEYS)
-    trainer = _table(raw, "trainer", TRAINER_KEYS)
-    inference_args = dict(_table(inference, "args", None, prefix="inference"))
-    if "model" in inference_args:
-        raise ConfigError(
-            "key 'inference.args.model' is not allowed", hint="set the model once, at the top level"
-        )
-    trainer_args = _trainer_args(_table(trainer, "args", None, prefix="trainer"))
-    resume = trainer_args.pop("resume_from_checkpoint", None)
-    host = _one_value(
-        "host",
-        str,
-        DEFAULT_HOST,
-        ("inference.host", inference.get("host")),
-        ("inference.args.host", inference_args.pop("host", None)),
-        ("trainer.args.vllm_server_host", trainer_args.get("vllm_server_host")),
-    )
-    port = _one_value(
-        "port",
-        int,
-        DEFAULT_PORT,
-        ("inference.port", inference.get("port")),
-        ("inference.args.port", inference_args.pop("port", None)),
-        ("trainer.args.vllm_server_port", trainer_args.get("vllm_server_port")),
-    )
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"port {port} is not a TCP port", hint="use 1..65535")
-    trainer_args.update(vllm_server_host=host, vllm_server_port=port)
-    trainer_args.setdefault("run_name", "-".join(e.name for e in envs))
-    gpus = {side: _gpus(table, side) for side, table in (("inference", inference), ("trainer", trainer))}
-    accelerate_config = trainer.get("accelerate_config")
-    if accelerate_config is not None:
-        _check_type("trainer.accelerate_config", accelerate_config, str)
-        if not Path(accelerate_config).is_file():
-            raise ConfigError(f"trainer.accelerate_config: file {accelerate_config} not found")
-    # The batch rule first, in the config's own terms (trainer.gpus), then RLConfig's other rules.
-    defaults = {f.name: f.default for f in dataclasses.fields(RLConfig)}
-    check_batch_sizes(
-        *(
-            trainer_args.get(k, defaults[k])
-            for k in ("batch_size", "micro_batch_size", "rollouts_per_example")
-        ),
-        num_processes=max(gpus["trainer"], 1),
-        processes_name="max(trainer.gpus, 1)",
-    )
-    try:
-        rl = RLConfig(**trainer_args)
-    except ConfigError as err:
-        raise ConfigError(f"trainer.args: {err.message}", hint=err.hint) from None
-    if resume is not None:
-        resume = _check_resume(resume, rl.output_dir)
-    return RunConfig(
-        model=model,
-        envs=envs,
-        inference=InferenceConfig(gpus=gpus["inference"], host=host, port=port, args=inference_args),
-        trainer=TrainerConfig(
-            gpus=gpus["trainer"],
-            args=trainer_args,
-            accelerate_config=accelerate_config,
-            resume_from_checkpoint=resume,
-        ),
-        source=source,
-    )
-
-
-def _check_resume(value: bool | str, output_dir: str) -> bool | str | None:
-    """``trainer.args.resume_from_checkpoint``: refused here, before anything starts, if there is nothing to resume."""
-    from verifiers.training import checkpoint as ckpt
-
-    path = "trainer.args.resume_from_checkpoint"
-    if value is False or value == "":
-        return None
-    if value is True:
-        if ckpt.last_complete_checkpoint(output_dir) is None:
-            found = [p.name for _, p in ckpt.checkpoints(output_dir)]
-            problem = f"none of {', '.join(found)} is complete" if found else "it holds no checkpoint"
-            raise ConfigError(
-                f"{path} = true, but output_dir {output_dir}: {problem}",
-                hint="train without it first, or set it to a checkpoint folder",
-            )
-        return True
-    if not Path(value).is_dir():
-        raise ConfigError(
-            f'{path} = "{value}": no such folder',
-            hint=f"name a checkpoint folder, e.g. {output_dir}/checkpoint-50",
-        )
-    return value
-
-
-def _parse_envs(raw: Any) -> list[EnvConfig]:
-    if raw is None:
-        raise ConfigError(
-            "the config has no [env] table", hint='add [env] with id = "reverse-text" (or [[env]] tables)'
-        )
-    tables = raw if isinstance(raw, list) else [raw]
-    if not tables or not all(isinstance(t, dict) for t in tables):
-        raise ConfigError("'env' must be an [env] table or a list of [[env]] tables")
-    envs: list[EnvConfig] = []
-    for i, table in enumerate(tables):
-        prefix = f"env.{i}" if isinstance(raw, list) else "env"
-        _check_keys(prefix, table, ENV_KEYS)
-        env_id = table.get("id")
-        if env_id is None:
-            raise ConfigError(f"{prefix} has no id", hint='e.g. id = "reverse-text"')
-        _check_type(f"{prefix}.id", env_id, str)
-        args = _table(table, "args", None, prefix=prefix)
-        weight = table.get("weight")
-        if weight is not None:
-            _check_type(f"{prefix}.weight", weight, float)
-            if not math.isfinite(weight) or weight <= 0:
-                raise ConfigError(
-                    f"{prefix}.weight = {weight} must be > 0 and finite",
-                    hint="weights are relative shares, e.g. 3.0 and 1.0; drop the environment to leave it out",
-                )
-        name = table.get("name", env_name(env_id))  # owner/name@version -> name: a task and run name
-        _check_type(f"{prefix}.name", name, str)
-        weight = None if weight is None else float(weight)
-        envs.append(EnvConfig(id=env_id, args=dict(args), weight=weight, name=name))
-    if len(envs) == 1 or any(e.weight is not None for e in envs):
-        # Once one table sets a weight, the others count 1.0; no weight at all keeps None.
-        envs = [dataclasses.replace(e, weight=1.0 if e.weight is None else e.weight) for e in envs]
-    names = [e.name for e in envs]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigError(
-            f"two [[env]] tables are both named '{dupes[0]}'", hint='give each a distinct name = "..."'
-        )
-    return envs
-
-
-def _trainer_args(raw: dict[str, Any]) -> dict[str, Any]:
-    """``[trainer.args]`` -> RLConfig keyword arguments (other GRPOConfig fields go to ``grpo_args``)."""
-    own = _rl_hints()
-    passthrough = _grpo_hints()
-    out: dict[str, Any] = {}
-    grpo_args: dict[str, Any] = {}
-    for key, value in raw.items():
-        path = f"trainer.args.{key}"
-        if key == "resume_from_checkpoint":  # an argument of train(), not a config field
-            _check_type(path, value, bool | str)
-            out[key] = value
-        elif key == "wandb":
-            table = _table(raw, "wandb", WANDB_KEYS, prefix="trainer.args")
-            for sub, sub_value in table.items():
-                _check_type(f"{path}.{sub}", sub_value, str)
-                out[f"wandb_{sub}"] = sub_value
-        elif key in RENAMED_GRPO_FIELDS:
-            raise ConfigError(
-                f"key '{path}' is set through '{RENAMED_GRPO_FIELDS[key]}' in a vf-rl config",
-                hint=f"set trainer.args.{RENAMED_GRPO_FIELDS[key]} instead",
-            )
-        elif key in own:
-            _check_type(path, value, own[key])
-            out[key] = value
-        elif key in passthrough:
-            _check_type(path, value, passthrough[key])
-            grpo_args[key] = value
-        else:
-            _unknown(path, key, [*own, *passthrough, "wandb"])
-    if grpo_args:
-        out["grpo_args"] = grpo_args
-    return out
-
-
-@functools.lru_cache(maxsize=1)
-def _rl_hints() -> dict[str, Any]:
-    hints = typing.get_type_hints(RLConfig)
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(RLConfig) if f.name != "grpo_args"}
-
-
-@functools.lru_cache(maxsize=1)
-def _grpo_hints() -> dict[str, Any]:
-    try:
-        hints = typing.get_type_hints(GRPOConfig)
-    except Exception:  # an annotation transformers cannot resolve: check names only
-        hints = {}
-    return {name: hints.get(name, Any) for name in grpo_field_names()}
-
-
-def _table(
-    parent: dict[str, Any], key: str, allowed: Sequence[str] | None, prefix: str = ""
-) -> dict[str, Any]:
-    path = f"{prefix}.{key}" if prefix else key
-    value = parent.get(key, {})
-    if not isinstance(value, dict):
-        raise ConfigError(
-            f"'{path}' must be a table, got {_describe_value(value)}", hint=f"write it as [{path}]"
-        )
-    if allowed is not None:
-        _check_keys(path, value, allowed)
-    return value
-
-
-def _check_keys(prefix: str, table: dict[str, Any], allowed: Sequence[str]) -> None:
-    for key in table:
-        if key not in allowed:
-            _unknown(f"{prefix}.{key}" if prefix else key, key, allowed)
-
-
-def _unknown(path: str, key: str, allowed: Sequence[str]) -> typing.NoReturn:
-    guess = nearest(key, allowed)
-    if guess:
-        raise ConfigError(f"unknown key '{path}'; did you mean '{guess}'?")
-    if len(allowed) <= 8:
-        raise ConfigError(f"unknown key '{path}'", hint=f"valid keys here: {', '.join(allowed)}")
-    raise ConfigError(f"unknown key '{path}'", hint="it is neither an RLConfig nor a GRPOConfig field")
-
-
-def _gpus(table: dict[str, Any], side: str) -> int:
-    gpus = table.get("gpus", 1)
-    _check_type(f"{side}.gpus", gpus, int)
-    if gpus < 0:
-        raise ConfigError(f"{side}.gpus = {gpus} must be >= 0", hint="0 runs on CPU")
-    return gpus
-
-
-def _one_value(what: str, tp: Any, default: Any, *given: tuple[str, Any]) -> Any:
-    """The value set (possibly in several places, which must agree) for the server's host or port."""
-    values = [(path, v) for path, v in given if v is not None]
-    for path, v in values:
-        _check_type(path, v, tp)
-    if len({v for _, v in values}) > 1:
-        listed = " and ".join(f"{path} = {v!r}" for path, v in values)
-        raise ConfigError(f"{listed} disagree", hint=f"set the server's {what} once, in [inference]")
-    return values[0][1] if values else default
-
-
-# -- types ------------------------------------------------------------------------------------
-
-
-def _check_type(path: str, value: Any, tp: Any) -> None:
-    if not _matches(value, tp):
-        raise ConfigError(f"key '{path}' must be {_describe_type(tp)}, got {_describe_value(value)}")
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args if a is not type(None))
-    if origin is typing.Literal:
-        return value in args
-    if origin in (list, tuple, set, Sequence):
-        return isinstance(value, list) and (not args or all(_matches(v, args[0]) for v in value))
-    if origin is dict or tp is dict:
-        return isinstance(value, dict)
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return isinstance(value, str)  # the dataclass checks the choice and names the valid ones
-    return True  # a type TOML cannot express: the dataclass decides
-
-
-_TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table"}
-
-
-def _describe_type(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(dict.fromkeys(_describe_type(a) for a in args if a is not type(None)))
-    if origin is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin in (list, tuple, set, Sequence):
-        inner = _describe_type(args[0]) if args else "values"
-        return f"a list of {inner.removeprefix('a ').removeprefix('an ')}s"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "a string"
-    return _TYPE_WORDS.get(origin or tp, getattr(tp, "__name__", str(tp)))
-
-
-def _describe_value(value: Any) -> str:
-    """A value as TOML would show it, and its TOML kind: ``"5" (a string)``."""
-    if isinstance(value, dict):
-        shown = "{...}"
-    elif isinstance(value, bool):
-        shown = "true" if value else "false"
-    elif isinstance(value, (str, list)):
-        shown = json.dumps(value)
-    else:
-        shown = repr(value)
-    kind = {**_TYPE_WORDS, list: "a list"}.get(type(value), type(value).__name__)
-    return f"{shown} ({kind})"
 
 
 # -- vf-vllm flags ----------------------------------------------------------------------------
@@ -540,11 +215,20 @@ def _flag_value(value: Any) -> str:
 
 @dataclass
 class CommandLine:
-    """``vf-rl``/``vf-train`` arguments: the config path, overrides, and boolean flags."""
+    """``vf-rl``/``vf-train`` arguments: the config path(s), overrides, and boolean flags."""
 
-    config: str
+    config: str  # the first config file
     overrides: list[tuple[str, str]]
     flags: set[str]
+    configs: list[str] = field(default_factory=list)  # every config file, in merge order
+
+    def __post_init__(self) -> None:
+        if not self.configs:
+            self.configs = [self.config]
+
+    def config_args(self) -> list[str]:
+        """The config files as arguments again (``@ a.toml @ b.toml``), to hand to a child command."""
+        return [a for path in self.configs for a in ("@", path)]
 
     def override_args(self) -> list[str]:
         """The overrides as arguments again, to hand to a child command."""
@@ -554,13 +238,13 @@ class CommandLine:
 def parse_command_line(
     argv: Sequence[str] | None, prog: str, flags: dict[str, str], description: str
 ) -> CommandLine:
-    """Parse ``@ cfg.toml [--flag] [--dotted.key value | --dotted.key=value ...]``.
+    """Parse ``@ cfg.toml [@ more.toml ...] [--flag] [--dotted.key value | --dotted.key=value | --no-key ...]``.
 
     ``flags`` maps our own boolean flags (``--dry-run``) to their help; ``-h`` prints
     help and exits 0. Bad input raises ``ConfigError`` (one line, exit 2 via run_cli).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    config: str | None = None
+    configs: list[str] = []
     overrides: list[tuple[str, str]] = []
     seen: set[str] = set()
     i = 0
@@ -576,9 +260,12 @@ def parse_command_line(
                     "'@' must be followed by a config file",
                     hint=f"e.g. {prog} @ configs/vf-rl/reverse-text.toml",
                 )
-            if config is not None:
-                raise ConfigError(f"two config files given ({config} and {path})", hint="pass one @ file")
-            config = path
+            if path in configs:  # a slip, not a merge: merging a file with itself changes nothing
+                raise ConfigError(
+                    f"two config files given are the same file ({path})",
+                    hint="pass one @ file for it; several different @ files are merged in order",
+                )
+            configs.append(path)
             i += 1 if arg[1:] else 2
             continue
         if arg in flags:
@@ -590,6 +277,10 @@ def parse_command_line(
                 f"unexpected argument {arg!r}", hint=f"usage: {prog} @ config.toml [--section.key value ...]"
             )
         key, eq, text = arg[2:].partition("=")
+        if key.startswith("no-") and "." in key and not eq:
+            overrides.append((key[len("no-") :], "false"))  # --no-trainer.args.use_lora
+            i += 1
+            continue
         if not eq:
             nxt = argv[i + 1] if i + 1 < len(argv) else None
             if nxt is None or nxt.startswith("--") or nxt.startswith("@"):
@@ -598,16 +289,16 @@ def parse_command_line(
                 text, i = nxt, i + 1
         overrides.append((key, text))
         i += 1
-    if config is None:
+    if not configs:
         raise ConfigError(
             "no config file given", hint=f"usage: {prog} @ path/to/config.toml (vf-setup writes examples)"
         )
-    return CommandLine(config=config, overrides=overrides, flags=seen)
+    return CommandLine(config=configs[0], overrides=overrides, flags=seen, configs=configs)
 
 
 def _help(prog: str, flags: dict[str, str], description: str) -> str:
     lines = [
-        f"usage: {prog} @ CONFIG.toml [options] [--section.key VALUE ...]",
+        f"usage: {prog} @ CONFIG.toml [@ MORE.toml ...] [options] [--section.key VALUE ...]",
         "",
         description,
         "",
@@ -618,6 +309,18 @@ def _help(prog: str, flags: dict[str, str], description: str) -> str:
     ]
     lines += [
         "",
-        "overrides: any config key, e.g. --trainer.args.max_steps 5 --model=smollm2 --env.0.weight 2",
+        "Several @ files are merged in order (tables key by key, the later file wins).",
+        "Overrides: any key below, e.g. --trainer.args.max_steps 5 --model=smollm2 --env.0.weight 2;",
+        "a bare --key is true, --no-key false (--no-trainer.args.use_lora).",
+        f"Environment variables: {ENV_PREFIX}<KEY>, '__' between the parts, e.g.",
+        f"  {ENV_PREFIX}TRAINER__ARGS__LEARNING_RATE=1e-4",
+        "Precedence: defaults < @ files in order < environment variables < command line.",
+        "",
+        "keys (default in brackets):",
     ]
+    for key, default, text in schema_keys():
+        first = _FIRST_SENTENCE.split(text.strip())[0].rstrip(".")
+        lines.append(f"  {key} [{default}]")
+        if first:
+            lines += textwrap.wrap(first, width=96, initial_indent="      ", subsequent_indent="      ")
     return "\n".join(lines)

@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     cli = parse_command_line(argv, "vf-train", {}, DESCRIPTION)
-    config = load_config(cli.config, cli.overrides)
+    config = load_config(cli.configs, cli.overrides)
     train(config)
     return 0
 

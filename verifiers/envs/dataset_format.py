@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 from verifiers.errors import ConfigError, DatasetFormatError
-from verifiers.types import ChatMessage, Info, Messages, MessageType
+from verifiers.types import ChatMessage, GenerateInputs, Info, Messages, MessageType
 
 
 def clean_message(message: Any) -> ChatMessage:
@@ -111,6 +112,14 @@ def _replace_column(dataset, name: str, values: list[Any]):
     return dataset.add_column(name, values)
 
 
+def _check_prompts(prompts: list[Any], expected: type, message: str, hint: str) -> None:
+    """``DatasetFormatError`` naming the first prompt that is not an ``expected`` (``message``
+    is formatted with its ``row`` and ``kind``)."""
+    bad = next((i for i, p in enumerate(prompts) if not isinstance(p, expected)), None)
+    if bad is not None:
+        raise DatasetFormatError(message.format(row=bad, kind=type(prompts[bad]).__name__), hint=hint)
+
+
 def format_dataset(
     dataset: Any,
     system_prompt: str | None = None,
@@ -128,25 +137,24 @@ def format_dataset(
     if "prompt" in columns:
         prompts = list(dataset["prompt"])
         if message_type == "completion":
-            bad = next((i for i, p in enumerate(prompts) if not isinstance(p, str)), None)
-            if bad is not None:
-                raise DatasetFormatError(
-                    f"{name} row {bad}: message_type='completion' needs string prompts, "
-                    f"but column 'prompt' holds {type(prompts[bad]).__name__}",
-                    hint="use message_type='chat', or give a 'prompt' column of strings",
-                )
+            _check_prompts(
+                prompts,
+                str,
+                f"{name} row {{row}}: message_type='completion' needs string prompts, "
+                "but column 'prompt' holds {kind}",
+                "use message_type='chat', or give a 'prompt' column of strings",
+            )
         elif any(isinstance(p, str) for p in prompts):
             # A chat env given plain-string prompts: treat them like questions.
             fixed = [build_prompt(p, system_prompt, few_shot) if isinstance(p, str) else p for p in prompts]
             dataset = _replace_column(dataset, "prompt", fixed)
         else:
-            bad = next((i for i, p in enumerate(prompts) if not isinstance(p, list)), None)
-            if bad is not None:
-                raise DatasetFormatError(
-                    f"{name} row {bad}: column 'prompt' must hold lists of chat messages, "
-                    f"got {type(prompts[bad]).__name__}",
-                    hint="give a list of {'role', 'content'} dicts per row, or a 'question' column",
-                )
+            _check_prompts(
+                prompts,
+                list,
+                f"{name} row {{row}}: column 'prompt' must hold lists of chat messages, got {{kind}}",
+                "give a list of {'role', 'content'} dicts per row, or a 'question' column",
+            )
     elif "question" in columns:
         prompts = [build_prompt(q, system_prompt, few_shot, message_type) for q in dataset["question"]]
         dataset = dataset.add_column("prompt", prompts)
@@ -171,3 +179,59 @@ def format_dataset(
     if "id" not in columns:
         dataset = dataset.add_column("id", list(range(n)))
     return dataset
+
+
+def inputs_to_rows(
+    inputs: Any,
+    format_dataset_fn: Callable[[Any, str], Any],
+    format_prompt_fn: Callable[[str], Messages],
+) -> list[dict]:
+    """Rows of ``prompt/answer/task/info`` from a Dataset, a dict of lists, a list of dicts or
+    ``GenerateInputs`` (the inputs of ``Environment.a_generate``).
+
+    ``format_dataset_fn`` / ``format_prompt_fn`` are the environment's own (a
+    dataset without prompts, or a ``question`` column, is formatted as the env does).
+    """
+    if isinstance(inputs, GenerateInputs):
+        if inputs.completion is not None:
+            # Ignoring them would silently generate new completions instead.
+            raise ConfigError(
+                "GenerateInputs.completion is set, but a_generate always generates the completions",
+                hint="leave completion=None, or score existing completions with env.rubric.score_rollouts(...)",
+            )
+        inputs = {k: v for k, v in vars(inputs).items() if k != "completion" and v is not None}
+    if isinstance(inputs, list):
+        if not inputs:
+            return []
+        inputs = {k: [r.get(k) for r in inputs] for k in inputs[0]}
+    if not isinstance(inputs, dict):
+        dataset = to_dataset(inputs, "inputs")
+        if "prompt" not in dataset.column_names:
+            dataset = format_dataset_fn(dataset, "inputs")
+        inputs = dataset.to_dict()
+    if "prompt" not in inputs:
+        if "question" not in inputs:
+            raise DatasetFormatError(
+                f"inputs have neither a 'prompt' nor a 'question' column (columns: {', '.join(inputs)})",
+                hint="pass a dataset from env.get_dataset() or a dict with a 'prompt' list",
+            )
+        inputs = {**inputs, "prompt": [format_prompt_fn(q) for q in inputs["question"]]}
+    n = len(inputs["prompt"])
+    for key, values in inputs.items():
+        if values is not None and len(values) != n:
+            raise DatasetFormatError(f"inputs column '{key}' has {len(values)} values but 'prompt' has {n}")
+
+    def col(name: str, default: Any) -> list[Any]:
+        values = inputs.get(name)
+        return list(values) if values is not None else [default] * n
+
+    answers, tasks, infos = col("answer", ""), col("task", "default"), col("info", None)
+    return [
+        {
+            "prompt": clean_prompt(p),
+            "answer": "" if a is None else a,
+            "task": t or "default",
+            "info": parse_info(i),
+        }
+        for p, a, t, i in zip(inputs["prompt"], answers, tasks, infos, strict=True)
+    ]

@@ -6,8 +6,9 @@ many rollouts concurrently (:meth:`a_generate`), scores each one as soon as it
 finishes, and offers the sync wrappers ``generate`` / ``evaluate``.
 
 Failure policy (see docs/architecture.md, "Rollout state"): a rollout that
-fails is a value (``state["error"]`` set, reward 0, counted in the metric
-``rollout_error``); it never raises out of ``a_generate``. A rubric whose
+fails is a value (``state["failure"]``, a ``RolloutFailure`` whose ``kind`` says
+why, and ``state["error"]``, its message; reward 0, counted in the metric
+``rollout_errors``); it never raises out of ``a_generate``. A rubric whose
 reward comes back NaN or infinite scores 0 instead (noted in
 ``state["reward_errors"]["reward"] = "nonfinite"``, logged once). One exception: if
 *every* rollout failed because the model server could not be reached,
@@ -21,21 +22,30 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from verifiers.envs.dataset_format import build_prompt, clean_prompt, format_dataset, parse_info, to_dataset
-from verifiers.envs.model_client import call_model, client_url
-from verifiers.envs.state import format_error, new_state
-from verifiers.errors import ConfigError, DatasetFormatError, ServerUnreachableError
+from verifiers.envs.dataset_format import build_prompt, format_dataset, inputs_to_rows
+from verifiers.envs.model_client import call_model
+from verifiers.envs.results import ERROR_METRIC, collect_outputs, raise_if_unreachable, results_dataset
+from verifiers.envs.state import new_state
+from verifiers.errors import ConfigError, ServerError
+from verifiers.rollout.failure import (
+    REWARD_NONFINITE,
+    FailureKind,
+    failure_of,
+    format_error,
+    model_call_kind,
+    record_failure,
+)
 from verifiers.types import (
     ChatMessage,
-    GenerateInputs,
     GenerateOutputs,
     Info,
     Messages,
@@ -49,7 +59,27 @@ from verifiers.utils.async_utils import run_sync
 from verifiers.utils.logging import warn_once
 
 ProgressCallback = Callable[[int, int], Any]
-ERROR_METRIC = "rollout_error"
+__all__ = ["ERROR_METRIC", "Environment", "ProgressCallback", "blocking"]
+T = TypeVar("T")
+
+
+def blocking(async_method: Callable[..., Awaitable[T]], doc: str) -> Callable[..., T]:
+    """The blocking twin of an async method (``generate`` of ``a_generate``): same signature.
+
+    It calls ``self.<async name>`` by name, so a subclass that overrides the async
+    method changes the blocking one too, and runs it with ``run_sync`` (works
+    inside a running event loop, e.g. Jupyter).
+    """
+    name = async_method.__name__
+
+    @functools.wraps(async_method)
+    def method(self: Any, *args: Any, **kwargs: Any) -> T:
+        return run_sync(getattr(self, name)(*args, **kwargs))
+
+    method.__name__ = name.removeprefix("a_")
+    method.__qualname__ = method.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
+    method.__doc__ = doc
+    return method
 
 
 class Environment(ABC):
@@ -216,12 +246,16 @@ class Environment(ABC):
                 format_error(err),
             )
             state = new_state(row["prompt"], row["answer"], row["task"], row["info"])
-            state["error"] = format_error(err)
+            # A model call a custom rollout did not catch keeps its kind (an outage stays an outage).
+            kind = model_call_kind(err) if isinstance(err, ServerError) else FailureKind.ROLLOUT
+            record_failure(state, kind, err)
             completion = state["completion"]
         # Custom rollouts may return a partial state: fill in the contract's keys.
         base = new_state(row["prompt"], row["answer"], row["task"], row["info"])
         for key, value in base.items():
             state.setdefault(key, value)
+        # A 0.1.x rollout may set only state["error"]: give it its typed failure.
+        state["failure"] = failure_of(state)
         state["completion"] = completion
         return completion, state
 
@@ -261,58 +295,14 @@ class Environment(ABC):
                 score.reward,
             )
             if isinstance(state, dict):
-                state.setdefault("reward_errors", {})["reward"] = "nonfinite"
+                state.setdefault("reward_errors", {})["reward"] = REWARD_NONFINITE
             return RolloutScore(reward=0.0, metrics=dict(score.metrics))
         return score
 
     # -- many rollouts -------------------------------------------------------------
     def _inputs_to_rows(self, inputs: Any) -> list[dict]:
-        """Rows of ``prompt/answer/task/info`` from a Dataset, a dict of lists, a list of dicts or ``GenerateInputs``."""
-        if isinstance(inputs, GenerateInputs):
-            if inputs.completion is not None:
-                # Ignoring them would silently generate new completions instead.
-                raise ConfigError(
-                    "GenerateInputs.completion is set, but a_generate always generates the completions",
-                    hint="leave completion=None, or score existing completions with env.rubric.score_rollouts(...)",
-                )
-            inputs = {k: v for k, v in vars(inputs).items() if k != "completion" and v is not None}
-        if isinstance(inputs, list):
-            if not inputs:
-                return []
-            inputs = {k: [r.get(k) for r in inputs] for k in inputs[0]}
-        if not isinstance(inputs, dict):
-            dataset = to_dataset(inputs, "inputs")
-            if "prompt" not in dataset.column_names:
-                dataset = self.format_dataset(dataset, "inputs")
-            inputs = dataset.to_dict()
-        if "prompt" not in inputs:
-            if "question" not in inputs:
-                raise DatasetFormatError(
-                    f"inputs have neither a 'prompt' nor a 'question' column (columns: {', '.join(inputs)})",
-                    hint="pass a dataset from env.get_dataset() or a dict with a 'prompt' list",
-                )
-            inputs = {**inputs, "prompt": [self.format_prompt(q) for q in inputs["question"]]}
-        n = len(inputs["prompt"])
-        for key, values in inputs.items():
-            if values is not None and len(values) != n:
-                raise DatasetFormatError(
-                    f"inputs column '{key}' has {len(values)} values but 'prompt' has {n}"
-                )
-
-        def col(name: str, default: Any) -> list[Any]:
-            values = inputs.get(name)
-            return list(values) if values is not None else [default] * n
-
-        answers, tasks, infos = col("answer", ""), col("task", "default"), col("info", None)
-        return [
-            {
-                "prompt": clean_prompt(p),
-                "answer": "" if a is None else a,
-                "task": t or "default",
-                "info": parse_info(i),
-            }
-            for p, a, t, i in zip(inputs["prompt"], answers, tasks, infos, strict=True)
-        ]
+        """Rows of ``prompt/answer/task/info`` (see ``dataset_format.inputs_to_rows``)."""
+        return inputs_to_rows(inputs, self.format_dataset, self.format_prompt)
 
     async def a_generate(
         self,
@@ -351,7 +341,7 @@ class Environment(ABC):
                 generated = time.perf_counter()
             timing = state.setdefault("timing", {})
             timing["generation_ms"] = (generated - start) * 1000
-            if state.get("error") is not None:
+            if state["failure"] is not None:
                 # A failed rollout is not scored: reward 0 (contract), every metric 0.
                 score = RolloutScore(reward=0.0, metrics={name: 0.0 for name in names})
             elif score_rollouts:
@@ -369,55 +359,14 @@ class Environment(ABC):
                 on_progress(done, total)
 
         await asyncio.gather(*(run_one(i) for i in range(total)))
-        outputs = self._collect(results, names, score_rollouts)
-        self._raise_if_unreachable(outputs.state, client)
+        outputs = collect_outputs(results, names)
+        raise_if_unreachable(outputs.state, client)
         return outputs
 
-    def _collect(self, results: list, names: list[str], scored: bool) -> GenerateOutputs:
-        states = [r[1] for r in results]
-        scores = [r[2] for r in results]
-        all_names = list(names)
-        for score in scores:
-            all_names += [k for k in score.metrics if k not in all_names]
-        metrics = {name: [float(s.metrics.get(name, 0.0)) for s in scores] for name in all_names}
-        errors = [1.0 if s.get("error") is not None else 0.0 for s in states]
-        if any(errors) and ERROR_METRIC not in metrics:
-            metrics[ERROR_METRIC] = errors
-        return GenerateOutputs(
-            prompt=[s["prompt"] for s in states],
-            completion=[r[0] for r in results],
-            answer=[s["answer"] for s in states],
-            state=states,
-            info=[s["info"] for s in states],
-            task=[s["task"] for s in states],
-            reward=[float(s.reward) for s in scores],
-            metrics=metrics,
-        )
-
-    def _raise_if_unreachable(self, states: list[State], client: Any) -> None:
-        prefix = f"{ServerUnreachableError.__name__}:"
-        if states and all(str(s.get("error") or "").startswith(prefix) for s in states):
-            url = client_url(client) or None
-            raise ServerUnreachableError(
-                f"could not connect to the model server for any of {len(states)} rollouts",
-                hint="start the server (vf-vllm / vllm serve) or fix the client's base_url",
-                url=url,
-            )
-
-    def generate(
-        self,
-        inputs: Any,
-        client: Any,
-        model: str,
-        sampling_args: SamplingArgs | None = None,
-        score_rollouts: bool = True,
-        max_concurrent: int = -1,
-        **kwargs: Any,
-    ) -> GenerateOutputs:
-        """Sync :meth:`a_generate`; works from a script and inside a running event loop (Jupyter)."""
-        return run_sync(
-            self.a_generate(inputs, client, model, sampling_args, score_rollouts, max_concurrent, **kwargs)
-        )
+    generate = blocking(
+        a_generate,
+        "Blocking :meth:`a_generate`; works from a script and inside a running event loop (Jupyter).",
+    )
 
     def eval_inputs(self, num_examples: int = -1, rollouts_per_example: int = 1) -> Any:
         """The eval rows, each repeated ``rollouts_per_example`` times in a row (ex0, ex0, ex1, ex1, ...)."""
@@ -438,32 +387,22 @@ class Environment(ABC):
         max_concurrent: int = -1,
         **kwargs: Any,
     ) -> GenerateOutputs:
-        """Async :meth:`evaluate`."""
-        inputs = self.eval_inputs(num_examples, rollouts_per_example)
-        return await self.a_generate(
-            inputs, client, model, sampling_args, max_concurrent=max_concurrent, **kwargs
-        )
-
-    def evaluate(
-        self,
-        client: Any,
-        model: str,
-        sampling_args: SamplingArgs | None = None,
-        num_examples: int = -1,
-        rollouts_per_example: int = 1,
-        max_concurrent: int = -1,
-        **kwargs: Any,
-    ) -> GenerateOutputs:
         """Roll out and score the first ``num_examples`` eval rows (all if -1), ``rollouts_per_example`` times each.
 
         Results are grouped by example: index ``i * rollouts_per_example + j``
         is rollout ``j`` of example ``i``.
         """
-        return run_sync(
-            self.a_evaluate(
-                client, model, sampling_args, num_examples, rollouts_per_example, max_concurrent, **kwargs
-            )
+        inputs = self.eval_inputs(num_examples, rollouts_per_example)
+        return await self.a_generate(
+            inputs, client, model, sampling_args, max_concurrent=max_concurrent, **kwargs
         )
+
+    evaluate = blocking(
+        a_evaluate,
+        "Blocking :meth:`a_evaluate`: roll out and score the first ``num_examples`` eval rows (all if -1), "
+        "``rollouts_per_example`` times each, grouped by example (index ``i * rollouts_per_example + j`` "
+        "is rollout ``j`` of example ``i``).",
+    )
 
     # -- results -----------------------------------------------------------------
     def make_dataset(
@@ -474,28 +413,7 @@ class Environment(ABC):
         state_columns: list[str] | None = None,
     ) -> Any:
         """A ``datasets.Dataset`` of the results: prompt, completion, answer, task, info (JSON), reward, metrics."""
-        from datasets import Dataset
-
-        if push_to_hub and not hub_name:
-            raise ConfigError("push_to_hub=True needs a hub_name", hint="pass hub_name='user/dataset'")
-        columns: dict[str, list[Any]] = {
-            "prompt": list(results.prompt),
-            "completion": list(results.completion),
-            "answer": list(results.answer),
-            "task": list(results.task),
-            # JSON, because Arrow cannot hold dicts whose keys or value types differ by row.
-            "info": [json.dumps(i, default=str) for i in results.info],
-            "reward": list(results.reward),
-        }
-        for name, values in results.metrics.items():
-            if name not in columns:
-                columns[name] = list(values)
-        for name in state_columns or []:
-            columns[name] = [s.get(name) for s in results.state]
-        dataset = Dataset.from_dict(columns)
-        if push_to_hub:
-            dataset.push_to_hub(hub_name)
-        return dataset
+        return results_dataset(results, push_to_hub, hub_name, state_columns)
 
     def process_env_results(
         self,
@@ -504,20 +422,12 @@ class Environment(ABC):
         states: list[State],
         rewards: list[float],
         processing_class: Any,
-        max_seq_len: int = -1,
-        mask_env_responses: bool = False,
-        mask_truncated_completions: bool = False,
-        zero_truncated_completions: bool = False,
+        *args: Any,
+        **kwargs: Any,
     ) -> ProcessedOutputs:
-        """Token-level training data from the server's own tokens (delegates to ``rollout.tokens``)."""
+        """Token-level training data from the server's own tokens: ``rollout.tokens.process_rollouts``
+        of ``states`` and ``rewards``, with its options (``max_seq_len``, ``mask_env_responses``,
+        ``mask_truncated_completions``, ``zero_truncated_completions``) passed on as given."""
         from verifiers.rollout.tokens import process_rollouts
 
-        return process_rollouts(
-            states,
-            rewards,
-            processing_class,
-            max_seq_len=max_seq_len,
-            mask_env_responses=mask_env_responses,
-            mask_truncated_completions=mask_truncated_completions,
-            zero_truncated_completions=zero_truncated_completions,
-        )
+        return process_rollouts(states, rewards, processing_class, *args, **kwargs)

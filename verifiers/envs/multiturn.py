@@ -5,7 +5,8 @@ call ... It stops when ``is_completed`` says so, after ``max_turns`` model
 calls, when a turn is cut at ``max_tokens`` (``finish_reason == "length"``:
 ``state["is_truncated"] = True``), or when the prompt outgrows the model's
 context window (also truncated). A hook or model call that raises ends the
-rollout with ``state["error"]`` set; it is logged once per env class and never
+rollout with ``state["failure"]`` set (a ``RolloutFailure`` whose kind names
+the hook, see rollout/failure.py); it is logged once per env class and never
 stops the other rollouts.
 """
 
@@ -18,11 +19,21 @@ from typing import Any
 from verifiers.envs.dataset_format import clean_prompt, parse_info
 from verifiers.envs.environment import Environment
 from verifiers.envs.model_client import extract_turn_tokens, response_message
-from verifiers.envs.state import format_error, new_state
+from verifiers.envs.state import new_state
 from verifiers.errors import PromptTooLongError
+from verifiers.rollout.failure import FailureKind, format_error, model_call_kind, record_failure
 from verifiers.types import ChatMessage, Info, Messages, SamplingArgs, State
 from verifiers.utils.async_utils import resolve
 from verifiers.utils.logging import warn_once
+
+# How the once-per-kind log line names where the rollout failed.
+_WHERE_LOGGED = {
+    FailureKind.BAD_RESPONSE: "reading the response",
+    FailureKind.SERVER_UNREACHABLE: "the model call",
+    FailureKind.SERVER_TIMEOUT: "the model call",
+    FailureKind.SERVER_ERROR: "the model call",
+    FailureKind.MODEL_CALL: "the model call",
+}
 
 
 class MultiTurnEnv(Environment):
@@ -59,15 +70,17 @@ class MultiTurnEnv(Environment):
         """The environment's reply to the last model turn: ``(new messages, state)`` (an override may be sync)."""
         raise NotImplementedError(f"{type(self).__name__} must implement env_response")
 
-    def _fail(self, state: State, where: str, err: BaseException) -> None:
-        state["error"] = f"{where}: {format_error(err)}" if where else format_error(err)
+    def _fail(self, state: State, kind: FailureKind, err: BaseException) -> None:
+        record_failure(state, kind, err)
         warn_once(
             self.logger,
-            f"{type(self).__name__}.{where or 'model'}:{type(err).__name__}",
-            "%s rollout ended by an error in %s: %s (later ones are counted in the 'rollout_error' metric)",
+            f"{type(self).__name__}.{kind.value}:{type(err).__name__}",
+            "%s rollout ended by an error in %s: %s (later ones are counted in the metrics "
+            "'rollout_errors' and 'errors/%s')",
             type(self).__name__,
-            where or "the model call",
+            _WHERE_LOGGED.get(kind, kind.value),
             format_error(err),
+            kind.value,
         )
 
     async def rollout(
@@ -107,7 +120,7 @@ class MultiTurnEnv(Environment):
         try:
             state = (await resolve(self.setup_state(state, **kwargs))) or state
         except Exception as err:
-            self._fail(state, "setup_state", err)
+            self._fail(state, FailureKind.SETUP_STATE, err)
             return self._finish(completion, state, start)
 
         while True:
@@ -125,14 +138,14 @@ class MultiTurnEnv(Environment):
                 state["is_truncated"] = True
                 break
             except Exception as err:
-                self._fail(state, "", err)
+                self._fail(state, model_call_kind(err), err)
                 break
             state["responses"].append(response)
             try:
                 tokens = extract_turn_tokens(response, self.message_type)
                 reply = response_message(response, self.message_type)
             except Exception as err:
-                self._fail(state, "reading the response", err)
+                self._fail(state, FailureKind.BAD_RESPONSE, err)
                 break
             state["turn_tokens"].append(tokens)
             state["turn"] += 1
@@ -144,14 +157,14 @@ class MultiTurnEnv(Environment):
                 if await resolve(self.is_completed(messages, state, **kwargs)):
                     break
             except Exception as err:
-                self._fail(state, "is_completed", err)
+                self._fail(state, FailureKind.IS_COMPLETED, err)
                 break
             if self.max_turns > 0 and state["turn"] >= self.max_turns:
                 break
             try:
                 env_messages, new_state_ = await resolve(self.env_response(messages, state, **kwargs))
             except Exception as err:
-                self._fail(state, "env_response", err)
+                self._fail(state, FailureKind.ENV_RESPONSE, err)
                 break
             state = new_state_ if new_state_ is not None else state
             add(env_messages)

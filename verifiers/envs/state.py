@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+from verifiers.rollout.failure import format_error
 from verifiers.types import Info, Messages, State
 
-
-def format_error(err: BaseException) -> str:
-    """A one-line ``"<ErrorType>: <message>"`` string for ``state["error"]``."""
-    text = " ".join(str(err).split()) or repr(err)
-    return f"{type(err).__name__}: {text[:500]}"
+__all__ = ["format_error", "new_state"]
 
 
 def new_state(prompt: Messages, answer: str, task: str, info: Info) -> State:
@@ -24,5 +21,6 @@ def new_state(prompt: Messages, answer: str, task: str, info: Info) -> State:
         "turn": 0,
         "is_truncated": False,
         "error": None,
+        "failure": None,
         "timing": {"generation_ms": 0.0, "scoring_ms": 0.0, "total_ms": 0.0},
     }

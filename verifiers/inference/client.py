@@ -32,23 +32,23 @@ failed (``begin``, ``validate``, ``pause``, ``write``, ``load``, ``transfer``,
 ``commit``, ``handshake``, ``lora``, ``auth``, ``connect``, ``timeout``). Calls that are safe to repeat are
 retried on connection failures and 502/503/504; the others only when the
 connection was refused (nothing reached the server). Every call has a timeout.
+Every wait between attempts is a ``Backoff`` (verifiers/utils/backoff.py); the
+NCCL side of ``update_weights`` lives in nccl_update.py.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlparse
 
 import requests
 
 from verifiers.errors import ServerError, ServerTimeoutError, ServerUnreachableError, WeightSyncError
 from verifiers.inference import transport
+from verifiers.utils.backoff import Backoff, poll_until
 
 logger = logging.getLogger("verifiers.inference.client")
 
@@ -90,8 +90,7 @@ class VLLMClient:
         self._shm_visible: bool | None = None  # asked once per client: same host, same /dev/shm
         self._device: str | None = None
         self._staging = transport.StagingFile()  # reused /dev/shm file of the shm transport
-        self._nccl: Any = None  # transport.NcclWeightSender once init_nccl() ran
-        self._nccl_control: Any = None
+        self._nccl: Any = None  # nccl_update.NcclChannel once init_nccl() ran
 
     # -- the OpenAI side -------------------------------------------------------
     @property
@@ -149,7 +148,7 @@ class VLLMClient:
         """One call with retries; ``stage`` set -> failures raise ``WeightSyncError(stage)``."""
         url = self.server_url + path
         headers = {ADMIN_HEADER: self.admin_token} if self.admin_token else {}
-        delay = 0.25
+        backoff = Backoff(first=0.25, max_delay=2.0)
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
@@ -180,8 +179,7 @@ class VLLMClient:
                     return resp.json() if resp.content else None
                 if not (safe and resp.status_code in _RETRY_STATUS) or last:
                     raise self._http_error(resp, url, stage)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            backoff.wait()
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
@@ -219,29 +217,33 @@ class VLLMClient:
     def wait_until_ready(self, timeout: float = 300.0, poll: float = 0.5) -> dict[str, Any]:
         """Block until ``/vf/health`` says ready; one total ``timeout`` for the whole wait."""
         url = self.server_url + "/vf/health"
-        deadline = time.monotonic() + timeout
+        backoff = Backoff(first=poll, max_delay=poll, timeout=timeout)  # a fixed interval
         answered, last = False, "no answer"
-        while True:
-            left = deadline - time.monotonic()
+
+        def ready() -> dict[str, Any] | None:
+            nonlocal answered, last
             try:
-                resp = self._session.get(url, timeout=max(0.5, min(5.0, left)))
+                resp = self._session.get(url, timeout=max(0.5, min(5.0, backoff.left())))
                 answered = True
                 if resp.status_code == 200 and resp.json().get("status") == "ready":
                     return resp.json()
                 last = f"status {resp.status_code}: {resp.text[:200]}"
             except requests.exceptions.RequestException as e:
                 last = type(e).__name__
-            if time.monotonic() + poll > deadline:
-                if not answered:
-                    raise ServerUnreachableError(
-                        f"nothing answered within {timeout:.0f}s ({last})",
-                        "start vf-vllm, or check host and port",
-                        url=url,
-                    )
-                raise ServerTimeoutError(
-                    f"server not ready within {timeout:.0f}s ({last})", "check the server's log", url=url
-                )
-            time.sleep(poll)
+            return None
+
+        health = poll_until(ready, backoff)
+        if health is not None:
+            return health
+        if not answered:
+            raise ServerUnreachableError(
+                f"nothing answered within {timeout:.0f}s ({last})",
+                "start vf-vllm, or check host and port",
+                url=url,
+            )
+        raise ServerTimeoutError(
+            f"server not ready within {timeout:.0f}s ({last})", "check the server's log", url=url
+        )
 
     # -- outages ---------------------------------------------------------------
     def ping(self, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -262,21 +264,15 @@ class VLLMClient:
         ``wait_until_ready`` the polls thin out, so a long restart costs few requests.
         Raises ``ServerUnreachableError`` if it is not back within ``timeout`` seconds.
         """
-        deadline = time.monotonic() + timeout
-        delay = first_delay
-        while True:
-            health = self.ping(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
-            if health is not None:
-                return health
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ServerUnreachableError(
-                    f"the server did not come back within {timeout:.0f}s",
-                    "restart vf-vllm on the same host and port, or raise vllm_server_timeout",
-                    url=self.server_url,
-                )
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, max_delay)
+        backoff = Backoff(first=first_delay, max_delay=max_delay, timeout=timeout)
+        health = poll_until(lambda: self.ping(timeout=min(5.0, max(0.5, backoff.left()))), backoff)
+        if health is None:
+            raise ServerUnreachableError(
+                f"the server did not come back within {timeout:.0f}s",
+                "restart vf-vllm on the same host and port, or raise vllm_server_timeout",
+                url=self.server_url,
+            )
+        return health
 
     def lost_weights(self, health: Mapping[str, Any]) -> bool:
         """Whether the server (per its ``health()``) no longer holds what this client pushed:
@@ -409,60 +405,22 @@ class VLLMClient:
         except requests.exceptions.RequestException:
             pass
 
-    # -- GPU: NCCL (untested here: no GPU on the machines this was written on) --
+    # -- GPU: NCCL (nccl_update.py) -------------------------------------------
     def init_nccl(self, master_address: str | None = None, master_port: int | None = None) -> None:
         """Join an NCCL group with the server's workers (this process is rank 0)."""
-        host = urlparse(self.server_url).hostname or "127.0.0.1"
-        if master_address is None:
-            with socket.socket(
-                socket.AF_INET, socket.SOCK_DGRAM
-            ) as s:  # the address the server can reach us at
-                s.connect((host, 1))
-                master_address = s.getsockname()[0]
-        if master_port is None:
-            with socket.socket() as s:
-                s.bind(("", 0))
-                master_port = s.getsockname()[1]
-        world = self.world_size() + 1
-        self._nccl_control = _NcclControl(self)
-        self._nccl = transport.NcclWeightSender(
-            self._nccl_control, master_address=master_address, master_port=master_port, world_size=world
-        )
+        from verifiers.inference.nccl_update import NcclChannel
+
+        self._nccl = NcclChannel(self, master_address, master_port)
 
     def _update_nccl(self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str) -> int:
         if self._nccl is None:
             self.init_nccl()
-        control = self._nccl_control
-        control.begin(tensors, version, pause_mode, deadline)
-        error: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                self._nccl.send(tensors)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                error.append(e)
-
-        thread = threading.Thread(target=run, name="vf-nccl-send", daemon=True)
-        thread.start()
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            self._abort(control.update_id)
-            self._nccl = None
-            raise WeightSyncError(
-                "transfer",
-                "NCCL broadcast did not finish in time; the NCCL group is unusable",
-                hint="restart the server and the trainer",
-                url=self.server_url,
-            )
-        if error:
-            self._abort(control.update_id)
-            if isinstance(error[0], WeightSyncError):
-                raise error[0]
-            raise WeightSyncError(
-                "transfer", f"{type(error[0]).__name__}: {error[0]}", url=self.server_url
-            ) from error[0]
-        self.version = version
-        return version
+        try:
+            self.version = self._nccl.update(tensors, version, deadline, pause_mode)
+        finally:
+            if self._nccl.broken:
+                self._nccl = None
+        return self.version
 
     # -- LoRA ------------------------------------------------------------------
     def update_lora(
@@ -529,45 +487,3 @@ def is_server_lost(err: BaseException | None) -> bool:
             return True
         err, seen = err.__cause__, seen + 1
     return False
-
-
-class _NcclControl:
-    """vLLM's ``VLLMWeightSyncClient`` protocol over vf's routes (validation, pause, version)."""
-
-    def __init__(self, client: VLLMClient):
-        self.client = client
-        self.update_id = ""
-        self._begin_body: dict[str, Any] = {}
-        self._deadline = 0.0
-
-    def _left(self) -> float:
-        return max(1.0, self._deadline - time.monotonic())
-
-    def begin(self, tensors: dict[str, Any], version: int, pause_mode: str, deadline: float) -> None:
-        self.update_id, self._deadline = uuid.uuid4().hex, deadline
-        self._begin_body = {
-            "update_id": self.update_id,
-            "version": version,
-            "transport": "nccl",
-            "params": transport.tensor_meta(tensors),
-            "timeout_s": self._left(),
-            "pause_mode": pause_mode,
-        }
-
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        self.client._request("POST", "/vf/nccl/init", stage="init", safe=False, json={"init_info": init_info})
-
-    def start_weight_update(self) -> None:
-        self.client._request(
-            "POST", "/vf/weights/begin", stage="begin", json=self._begin_body, timeout=self._left()
-        )
-
-    def update_weights(self, update_info: Any) -> None:
-        body = {"update_id": self.update_id, "update_info": update_info}
-        self.client._request(
-            "POST", "/vf/weights/nccl", stage="transfer", safe=False, json=body, timeout=self._left()
-        )
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        body = {"update_id": self.update_id, "version": self._begin_body["version"]}
-        self.client._request("POST", "/vf/weights/commit", stage="commit", json=body, timeout=self._left())

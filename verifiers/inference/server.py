@@ -52,14 +52,9 @@ token is set. Bound anywhere else they need the token (``--admin-token`` or
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import json
-import logging
 import shutil
 import time
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,161 +63,35 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from verifiers.inference import transport
+from verifiers.inference.server_state import (
+    ADMIN_HEADER,
+    RouteError,
+    Settings,
+    State,
+    Update,
+    check_admin,
+    is_loopback,
+)
 from verifiers.inference.worker import read_safetensors_headers, validate_params
 
-logger = logging.getLogger("verifiers.inference.server")
+# Re-exported: the state and the admin check have lived here since 0.1.
+__all__ = [
+    "ADMIN_HEADER",
+    "RouteError",
+    "Settings",
+    "State",
+    "Update",
+    "attach",
+    "build_router",
+    "check_admin",
+    "cleanup",
+    "is_loopback",
+]
 
-ADMIN_HEADER = "X-VF-Admin-Token"
 PAUSE_MODES = ("keep", "wait", "abort")
 LORA_OFF = "LoRA is not enabled on this server; start vf-vllm with --enable-lora --max-lora-rank R"
 NO_NCCL = "this server has no NCCL weight transfer (CPU); use transport 'shm' or 'http'"
 BEGIN_FIELDS = f"need update_id, transport in {transport.TRANSPORTS}, pause_mode in {PAUSE_MODES}"
-
-
-class RouteError(Exception):
-    """Answered as JSON: HTTP ``status``, the ``stage`` that failed, a one-line message."""
-
-    def __init__(self, status: int, stage: str, message: str, **extra: Any):
-        super().__init__(message)
-        self.status, self.stage, self.message, self.extra = status, stage, message, extra
-
-    def response(self) -> JSONResponse:
-        error = {"message": self.message, "type": "WeightSyncError", "stage": self.stage, **self.extra}
-        return JSONResponse({"error": error}, status_code=self.status)
-
-
-def is_loopback(host: str | None) -> bool:
-    """127.0.0.0/8, ::1 and ``localhost``; no host (vLLM's default) means every interface."""
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass
-class Settings:
-    """What vf-vllm adds to vLLM's flags."""
-
-    admin_token: str | None = None
-    loopback: bool = True  # bound to loopback or a unix socket: no token needed
-    update_timeout_s: float = 300.0
-    tool_template: str | None = None  # verifiers' tool chat template file, when served with it
-
-
-def check_admin(settings: Settings, presented: str | None) -> None:
-    """Raise 401/403 unless a request may use the admin routes (constant-time compare)."""
-    if settings.admin_token:
-        if not presented or not hmac.compare_digest(presented.encode(), settings.admin_token.encode()):
-            raise RouteError(
-                401, "auth", f"missing or wrong {ADMIN_HEADER} header; send the server's admin token"
-            )
-    elif not settings.loopback:
-        raise RouteError(
-            403,
-            "auth",
-            "admin routes are off: the server is bound off loopback without an admin token; "
-            "restart it with --admin-token TOKEN or VF_ADMIN_TOKEN",
-        )
-
-
-@dataclass
-class Update:
-    """One weight update, from begin to commit, abort or deadline."""
-
-    update_id: str
-    version: int
-    transport: str
-    params: list[dict[str, Any]]
-    deadline: float
-    paused: bool = False
-    loaded: bool = False  # every announced tensor arrived
-    received: set[str] = field(default_factory=set)
-    nccl_started: bool = False
-    expiry: asyncio.Task | None = None
-
-
-@dataclass
-class State:
-    """Trainer-route state, kept on ``app.state.vf``."""
-
-    settings: Settings
-    engine: Any
-    device: str = "cpu"  # vLLM's platform device type ("cpu", "cuda", ...)
-    version: int = 0
-    spec: dict[str, Any] | None = None
-    update: Update | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one begin or adapter swap at a time
-    manual_pause: bool = False
-    lora_versions: dict[str, int] = field(default_factory=dict)
-    lora_paths: dict[str, str] = field(default_factory=dict)
-    last_error: str | None = None
-
-    async def call(
-        self, awaitable: Awaitable[Any], stage: str, timeout: float, what: str, status: int = 500
-    ) -> Any:
-        """Await an engine call within ``timeout``; any failure becomes a RouteError naming ``stage``."""
-        try:
-            return await asyncio.wait_for(awaitable, timeout)
-        except (asyncio.TimeoutError, TimeoutError) as e:
-            raise RouteError(504, stage, f"{what} took longer than {timeout:.0f}s; raise timeout_s") from e
-        except RouteError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any engine failure becomes a typed error
-            raise RouteError(status, stage, f"{what} failed: {type(e).__name__}: {e}") from e
-
-    async def rpc(self, method: str, stage: str, timeout: float, *args: Any) -> Any:
-        """First worker's result of ``collective_rpc`` (every worker runs it)."""
-        rpc = self.engine.collective_rpc(method, timeout=timeout, args=args)
-        return (await self.call(rpc, stage, timeout + 5, method))[0]
-
-    async def pause(self, mode: str, timeout: float) -> None:
-        await self.call(
-            self.engine.pause_generation(mode=mode, clear_cache=False), "pause", timeout, "pausing"
-        )
-
-    async def resume(self) -> None:
-        if not self.manual_pause:  # a client's own pause() holds until its resume()
-            await self.engine.resume_generation()
-
-    async def reset_prefix_cache(self) -> bool:
-        # reset_running_requests: preempted requests recompute their keys/values.
-        return bool(await self.engine.reset_prefix_cache(True, False))
-
-    def current(self, update_id: str) -> Update:
-        u = self.update
-        if u is None or u.update_id != update_id:
-            raise RouteError(
-                410, "handshake", f"no update {update_id!r} in progress (expired or aborted); begin again"
-            )
-        if time.monotonic() > u.deadline:
-            raise RouteError(
-                504, "timeout", f"update {update_id} passed its deadline; begin again with a larger timeout_s"
-            )
-        return u
-
-    def left(self, u: Update) -> float:
-        return max(0.1, u.deadline - time.monotonic())
-
-    async def finish(self, u: Update, reason: str) -> None:
-        """End ``u``: resume generation, disarm its deadline."""
-        if self.update is u:
-            self.update = None
-        if u.expiry is not None and u.expiry is not asyncio.current_task():
-            u.expiry.cancel()
-        if u.paused:
-            await self.resume()
-        logger.info("weight update %s (v%d) %s", u.update_id, u.version, reason)
-
-    async def expire(self, u: Update) -> None:
-        await asyncio.sleep(max(0.0, u.deadline - time.monotonic()))
-        if self.update is u:
-            self.last_error = f"update {u.update_id} was not committed within its timeout; dropped"
-            logger.warning("%s, generation resumed", self.last_error)
-            await self.finish(u, "expired")
 
 
 def _state(request: Request) -> State:

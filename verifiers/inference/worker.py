@@ -39,6 +39,8 @@ import os
 import time
 from typing import Any
 
+from verifiers.errors import nearest
+
 logger = logging.getLogger("verifiers.inference.worker")
 
 
@@ -113,10 +115,8 @@ def validate_params(spec: dict[str, Any], params: list[dict[str, Any]]) -> list[
             problems.append(f"duplicate parameter {name!r}")
         names.add(name)
         if name not in known:
-            import difflib
-
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "send model.named_parameters() names"
+            close = nearest(name, known)
+            hint = f"did you mean {close!r}?" if close else "send model.named_parameters() names"
             problems.append(f"unknown parameter {name!r}: the served checkpoint has no such tensor ({hint})")
         elif [int(s) for s in shape] != [int(s) for s in known[name][0]]:
             problems.append(f"{name!r} has shape {shape}, the served model expects {known[name][0]}")

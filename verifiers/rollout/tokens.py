@@ -25,7 +25,7 @@ contract in ``docs/architecture.md`` ("Multi-turn token assembly"):
   what follows the prompt. With ``mask_env_responses`` only the assistant
   messages' spans keep mask 1 (found by tokenizing the message prefixes). Counted
   in ``metrics["retokenized"]``, warned about once.
-* A failed rollout (``state["error"]`` set: an env hook or a model call raised)
+* A failed rollout (``state["failure"]`` set: an env hook or a model call raised)
   keeps whatever tokens it has but gets loss mask 0 everywhere: its reward of 0
   says nothing about the model's text. Counted in ``metrics["failed"]``; one
   without any turn is not counted as retokenized.
@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifiers.errors import ConfigError
+from verifiers.rollout.failure import failure_of
 from verifiers.types import ProcessedOutputs, State, TurnTokens
 from verifiers.utils.logging import warn_once
 
@@ -415,7 +416,7 @@ def process_rollouts(
     )
     for i, (state, reward) in enumerate(zip(states, rewards, strict=True)):
         turns = [as_turn_tokens(t) for t in (state.get("turn_tokens") or [])]
-        failed = state.get("error") is not None
+        failed = failure_of(state) is not None
         counts["failed"] += int(failed)
         if _has_token_data(turns):
             samples = _assemble(turns, mask_env_responses)

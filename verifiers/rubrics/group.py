@@ -14,7 +14,7 @@ from typing import Any
 
 from verifiers.errors import ConfigError
 from verifiers.rubrics.rubric import Rubric, finite_or_zero
-from verifiers.types import Info, Messages, RewardFunc, RolloutScore, RolloutScores, State
+from verifiers.types import RewardFunc, RolloutScore, RolloutScores
 
 
 class RubricGroup(Rubric):
@@ -47,22 +47,11 @@ class RubricGroup(Rubric):
         weights = [weight for rubric in self.rubrics for weight in rubric.get_reward_weights()]
         return weights + super().get_reward_weights()
 
-    async def score_rollout(
-        self,
-        prompt: Messages,
-        completion: Messages,
-        answer: Any,
-        state: State,
-        task: str = "default",
-        info: Info | None = None,
-        **kwargs: Any,
-    ) -> RolloutScore:
-        parts = [
-            await rubric.score_rollout(prompt, completion, answer, state, task, info, **kwargs)
-            for rubric in self.rubrics
-        ]
+    async def score_rollout(self, *args: Any, **kwargs: Any) -> RolloutScore:
+        """Score one rollout with every member (arguments as ``Rubric.score_rollout``) and sum."""
+        parts = [await rubric.score_rollout(*args, **kwargs) for rubric in self.rubrics]
         if self._specs:
-            parts.append(await super().score_rollout(prompt, completion, answer, state, task, info, **kwargs))
+            parts.append(await super().score_rollout(*args, **kwargs))
         metrics: dict[str, float] = {}
         for part in parts:
             for name, value in part.metrics.items():
@@ -70,22 +59,12 @@ class RubricGroup(Rubric):
         reward = finite_or_zero(sum(part.reward for part in parts))
         return RolloutScore(reward=reward, metrics={k: finite_or_zero(v) for k, v in metrics.items()})
 
-    async def score_rollouts(
-        self,
-        prompts: Sequence[Messages],
-        completions: Sequence[Messages],
-        answers: Sequence[Any],
-        states: Sequence[State],
-        tasks: Sequence[str] | None = None,
-        infos: Sequence[Info] | None = None,
-        max_concurrent: int = -1,
-        **kwargs: Any,
-    ) -> RolloutScores:
-        args = (prompts, completions, answers, states, tasks, infos, max_concurrent)
+    async def score_rollouts(self, *args: Any, **kwargs: Any) -> RolloutScores:
+        """Score many rollouts with every member (arguments as ``Rubric.score_rollouts``) and sum."""
         parts = [await rubric.score_rollouts(*args, **kwargs) for rubric in self.rubrics]
         if self._specs:
             parts.append(await super().score_rollouts(*args, **kwargs))
-        n = len(prompts)
+        n = len(parts[0].reward)
         reward = [0.0] * n
         metrics: dict[str, list[float]] = {}
         for part in parts:

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
+from verifiers.rollout.failure import REWARD_NONFINITE, REWARD_RAISED
 from verifiers.types import Info, Messages, RewardFunc, RolloutScore, RolloutScores, State
 from verifiers.utils.async_utils import is_async_callable
 from verifiers.utils.logging import warn_once
@@ -59,9 +60,8 @@ class NonFiniteRewardError(RewardValueError):
     """A reward function returned NaN or an infinity."""
 
 
-RAISED, NONFINITE = "raised", "nonfinite"
-"""Values of ``state["reward_errors"][name]``: the function raised (or returned a non-number), or
-returned NaN/inf."""
+RAISED, NONFINITE = REWARD_RAISED, REWARD_NONFINITE
+"""Values of ``state["reward_errors"][name]`` (defined with the failure kinds in rollout/failure.py)."""
 
 
 def record_reward_errors(state: State | None, problems: dict[str, str]) -> None:

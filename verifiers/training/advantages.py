@@ -91,11 +91,6 @@ def filter_groups(
     return keep_mask_G, stats
 
 
-def expand_groups(mask_G: Tensor, group_size: int) -> Tensor:
-    """A per-group value repeated for each rollout of the group: ``x_G`` -> ``x_B``."""
-    return mask_G.repeat_interleave(group_size)
-
-
 def _zero_std_G(rewards_GK: Tensor) -> Tensor:
     spread_G = rewards_GK.max(dim=1).values - rewards_GK.min(dim=1).values
     return spread_G <= EQUAL_TOL

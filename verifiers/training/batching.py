@@ -27,24 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from verifiers.types import ProcessedOutputs
-
-T_ = TypeVar("T_")
-
-
-def repeat_for_groups(rows: Sequence[T_], num_generations: int) -> list[T_]:
-    """Each row ``num_generations`` times in a row, group-major: ``[a, b] -> [a, a, b, b]``.
-
-    Dict rows are shallow-copied so a per-rollout edit does not leak into the rest of its group.
-    """
-    if num_generations < 1:
-        raise ValueError(f"num_generations={num_generations} must be >= 1")
-    return [dict(row) if isinstance(row, dict) else row for row in rows for _ in range(num_generations)]  # type: ignore[misc]
 
 
 def even_slices(n: int, parts: int) -> list[slice]:
@@ -175,11 +163,6 @@ class TrainBatch:
         if isinstance(rows, int):
             rows = slice(rows, rows + 1)
         return TrainBatch(**{k: v[rows] if isinstance(v, Tensor) else v for k, v in self._items()})
-
-    @property
-    def num_loss_tokens(self) -> int:
-        """Trained tokens in the batch."""
-        return int(self.loss_mask_BT.sum())
 
     def to(self, device: torch.device | str) -> TrainBatch:
         return TrainBatch(**{k: v.to(device) if isinstance(v, Tensor) else v for k, v in self._items()})

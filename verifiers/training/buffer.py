@@ -79,15 +79,15 @@ def build_buffer(
     reference: Scorer,
 ) -> Buffer:
     """This process's micro-batches of ``train``, scored by ``policy`` / ``reference`` where the loss needs it."""
-    P, S = num_processes, args.steps_per_generation
+    P, steps = num_processes, args.steps_per_generation  # P as in losses.py: processes
     index = batch.processed.rollout_index or None  # cuts between rollouts (split_batch)
     parts = split_batch(
-        train, num_processes=P, process_index=process_index, num_micro_batches=S, rollout_index=index
+        train, num_processes=P, process_index=process_index, num_micro_batches=steps, rollout_index=index
     )
     micro = [micro_inputs(mb, args, policy, reference) for mb in parts]
     # Every process sees the whole batch, so each counts every process's share of each step.
     masks = [
-        [mb.loss_mask_BT for mb in split_batch(train, num_processes=P, process_index=p, num_micro_batches=S,
+        [mb.loss_mask_BT for mb in split_batch(train, num_processes=P, process_index=p, num_micro_batches=steps,
                                                rollout_index=index)]
         for p in range(P)
     ]  # fmt: skip

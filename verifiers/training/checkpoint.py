@@ -20,30 +20,40 @@ model:
   before the mark is written (atomically), so a folder with the mark is whole even
   after a power loss, and resuming only ever picks marked folders.
 
-Our files are pickles of our own dataclasses, each written atomically (temp file +
-rename).
+Our files hold data only (tensors, dicts, lists, strings, numbers) with a
+``format`` version, each written atomically (temp file + rename) and read with
+``torch.load(weights_only=True)``, which runs no code from the file. Files of the
+old format (format 1: pickled classes, verifiers before checkpoints became data)
+are refused with one line that says what to delete to resume without them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from verifiers.errors import ConfigError
 from verifiers.utils.logging import warn_once
 
+if TYPE_CHECKING:  # imported where used: vf-rl reads checkpoint folders without the training stack
+    from verifiers.training.buffer import Buffer
+    from verifiers.training.producer import GeneratedBatch
+
 logger = logging.getLogger("verifiers.training.checkpoint")
 
 GENERATOR_FILE = "generator_state.pt"
 BUFFER_FILE = "grpo_buffer_rank{rank}.pt"
 COMPLETE_FILE = "checkpoint_complete.json"
+FORMAT_VERSION = 2  # of our files; 1 was pickled dataclasses (loaded with weights_only=False)
 INCOMPLETE_PREFIX = "incomplete-"  # a half-written checkpoint moved aside on resume
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
@@ -63,27 +73,107 @@ def _save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _load(path: Path) -> Any | None:
+def _load(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
-    # Our own pickled dataclasses (rollouts, token lists, tensors): not loadable with weights_only.
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        data = None  # pickled classes: the old format
+    if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+        raise ConfigError(
+            f"{path} is not a format-{FORMAT_VERSION} verifiers checkpoint file (older ones pickled classes)",
+            hint=f"delete {GENERATOR_FILE} and grpo_buffer_rank*.pt from {path.parent} to resume without "
+            "the pending rollouts (they are generated again), or resume with the version that wrote it",
+        )
+    return data
 
 
 def save_generator_state(checkpoint_dir: str | os.PathLike, state: dict[str, Any]) -> None:
-    _save(state, Path(checkpoint_dir) / GENERATOR_FILE)
+    """``BatchGenerator.state_dict()`` as data: counters, producer state and the pending batches."""
+    data = {
+        "format": FORMAT_VERSION,
+        "trained": int(state["trained"]),
+        "next": int(state["next"]),
+        "producer": _plain(state["producer"]),
+        "pending": [_batch_data(b) for b in state["pending"]],
+    }
+    _save(data, Path(checkpoint_dir) / GENERATOR_FILE)
 
 
 def load_generator_state(checkpoint_dir: str | os.PathLike) -> dict[str, Any] | None:
-    return _load(Path(checkpoint_dir) / GENERATOR_FILE)
+    data = _load(Path(checkpoint_dir) / GENERATOR_FILE)
+    if data is None:
+        warn_once(logger, "resume-no-gen", "checkpoint has no %s: prompt position estimated", GENERATOR_FILE)
+        return None
+    pending = [_batch_from_data(b) for b in data["pending"]]
+    return {
+        "trained": data["trained"],
+        "next": data["next"],
+        "producer": data["producer"],
+        "pending": pending,
+    }
 
 
-def save_buffer(checkpoint_dir: str | os.PathLike, rank: int, buffer: Any) -> None:
-    _save(buffer, Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
+def save_buffer(checkpoint_dir: str | os.PathLike, rank: int, buffer: Buffer | None) -> None:
+    """This process's batch in training (None between batches: then a resume starts a new one)."""
+    data = None if buffer is None else _plain(_fields(buffer))
+    _save({"format": FORMAT_VERSION, "buffer": data}, Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
 
 
-def load_buffer(checkpoint_dir: str | os.PathLike, rank: int) -> Any | None:
-    return _load(Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
+def load_buffer(checkpoint_dir: str | os.PathLike, rank: int) -> Buffer | None:
+    from verifiers.training.buffer import Buffer
+
+    data = _load(Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
+    return Buffer(**data["buffer"]) if data is not None and data["buffer"] is not None else None
+
+
+# ---- our objects as data ---------------------------------------------------------------------------
+def _fields(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as what a ``weights_only`` load accepts: tensors, numbers, strings, dicts, lists.
+
+    Rollouts may carry other objects (an OpenAI SDK message in a completion, a numpy
+    number in a state): pydantic models and dataclasses become dicts, numpy scalars
+    numbers, anything else its ``str`` (those values only feed logs and sample tables).
+    """
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    if isinstance(value, dict):
+        return {k if isinstance(k, (str, int)) else str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if callable(getattr(value, "model_dump", None)):
+        return _plain(value.model_dump())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(_fields(value))
+    if callable(getattr(value, "item", None)):  # numpy scalar
+        return _plain(value.item())
+    return str(value)
+
+
+def _batch_data(batch: GeneratedBatch) -> dict[str, Any]:
+    data = _fields(batch)
+    for name in ("outputs", "processed"):
+        data[name] = None if data[name] is None else _fields(data[name])
+    return _plain(data)
+
+
+def _batch_from_data(data: dict[str, Any]) -> GeneratedBatch:
+    from verifiers.training.producer import GeneratedBatch
+    from verifiers.types import GenerateOutputs, ProcessedOutputs
+
+    outputs, processed = data["outputs"], data["processed"]
+    return GeneratedBatch(
+        **{
+            **data,
+            "outputs": None if outputs is None else GenerateOutputs(**outputs),
+            "processed": None if processed is None else ProcessedOutputs(**processed),
+        }
+    )
 
 
 def has_optimizer_state(checkpoint_dir: str | os.PathLike) -> bool:
@@ -197,6 +287,13 @@ def resolve_resume(
             )
     if is_main_process:
         _move_incomplete_aside(Path(chosen))
+    if not has_optimizer_state(chosen):
+        warn_once(
+            logger,
+            "resume-no-optim",
+            "%s has no optimizer state (save_only_model=True): the optimizer restarts",
+            chosen,
+        )
     return chosen
 
 

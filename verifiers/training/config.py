@@ -1,22 +1,9 @@
-"""``GRPOConfig`` (a ``transformers.TrainingArguments``), ``grpo_defaults`` and ``lora_defaults``.
+"""``GRPOConfig`` (a ``transformers.TrainingArguments``) and ``grpo_defaults``.
 
-Batch layout (the rule ``__post_init__`` enforces; P = number of processes):
-
-- A *micro-batch* is ``per_device_train_batch_size`` samples on one process: one
-  forward/backward pass.
-- An *optimizer step* consumes ``per_device_train_batch_size × P ×
-  gradient_accumulation_steps`` samples (the global step batch). It must be
-  divisible by ``num_generations``, so every step trains on whole groups.
-- A *generation batch* is what one round of ``env.a_generate`` produces:
-  ``generation_batch_size = per_device_train_batch_size × P × steps_per_generation``
-  samples, i.e. ``generation_batch_size / num_generations`` prompts. Give at most
-  one of the two; by default ``steps_per_generation = gradient_accumulation_steps``
-  (one generation batch per optimizer step). ``steps_per_generation`` counts
-  micro-steps and must be a multiple of ``gradient_accumulation_steps``, so a
-  generation batch is a whole number of optimizer steps.
-- Each generation batch is trained ``num_iterations`` times before the next one.
-
-Both resolved values are stored back on the config after validation.
+Every training field is declared here once, with its default and its help; ``RLConfig``
+(rl.py), ``grpo_defaults`` and the ``vf-rl`` TOML (cli/toml_schema.py) read them from here.
+The batch layout rule lives in ``batch_layout.py``, the field checks in ``config_rules.py``,
+LoRA in ``lora.py`` (``lora_defaults`` is re-exported here).
 
 Settings assigned after construction (``args = grpo_defaults(...)`` then
 ``args.num_generations = 12``, the 0.1.x habit) are honoured: ``GRPOTrainer``
@@ -33,13 +20,21 @@ import dataclasses
 import functools
 import importlib.util
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainingArguments
 
-from verifiers.errors import ConfigError, MissingExtraError
+from verifiers.errors import ConfigError
+from verifiers.training.batch_layout import resolve_batch_layout
+from verifiers.training.config_rules import (
+    LORA_SYNC_MODES,
+    at_least,
+    fail,
+    training_args_error,
+    validate_fields,
+)
+from verifiers.training.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
 from verifiers.training.losses import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
 from verifiers.training.trl_names import refuse_unknown_fields, scale_rewards_flag
 from verifiers.utils.logging import warn_once
@@ -59,8 +54,16 @@ DERIVED_FIELDS = (
     "max_completion_length",
     "eval_steps",  # TrainingArguments': None -> logging_steps under eval_strategy="steps"
 )
-LORA_SYNC_MODES = ("auto", "adapter", "merged")
-LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+__all__ = [  # the names this module has always offered, some now defined next door
+    "GRPOConfig",
+    "grpo_defaults",
+    "lora_defaults",
+    "check_lora_settings",
+    "resolve_batch_layout",
+    "default_max_prompt_length",
+    "LORA_SYNC_MODES",
+    "LORA_TARGET_MODULES",
+]
 
 
 def _f(default: Any, help: str) -> Any:
@@ -73,7 +76,7 @@ class GRPOConfig(TrainingArguments):
     """Training arguments for ``GRPOTrainer``; see the module docstring for the batch layout."""
 
     # Overridden TrainingArguments defaults.
-    learning_rate: float = _f(1e-6, "Initial AdamW learning rate (GRPO default: 1e-6).")
+    learning_rate: float = _f(1e-6, "Initial AdamW learning rate.")
     remove_unused_columns: bool = _f(
         False, "Keep dataset columns (prompt, answer, info, task): the environment needs them."
     )
@@ -129,7 +132,7 @@ class GRPOConfig(TrainingArguments):
     )
 
     # Inference server.
-    vllm_server_host: str = _f("0.0.0.0", "Host of the vf-vllm server.")
+    vllm_server_host: str = _f("127.0.0.1", "Host of the vf-vllm server (loopback by default).")
     vllm_server_port: int = _f(8000, "Port of the vf-vllm server.")
     vllm_server_timeout: float = _f(300.0, "Seconds to wait for the vf-vllm server to become ready.")
     ds3_gather_for_generation: bool = _f(
@@ -212,14 +215,14 @@ class GRPOConfig(TrainingArguments):
         # The values as given; from the end of __post_init__ on, assignments to them are recorded.
         self.__dict__["_given"] = {name: getattr(self, name) for name in DERIVED_FIELDS}
         self._derive_fields()
-        self._validate_fields()
+        validate_fields(self)
         self._cpu_distributed_backend()
         try:
             super().__post_init__()
         except ConfigError:
             raise
         except ValueError as err:  # TrainingArguments' own checks: the same kind of bad input
-            raise _training_args_error(self, err) from None
+            raise training_args_error(self, err) from None
         self._derive_layout()
         self.__dict__["_recording"] = True
 
@@ -245,7 +248,7 @@ class GRPOConfig(TrainingArguments):
         self.__dict__["_recording"] = False  # what resolve() itself sets is derived, not given
         try:
             self._derive_fields()
-            self._validate_fields()
+            validate_fields(self)
             self._derive_training_args()
             self._derive_layout()
         finally:
@@ -287,7 +290,7 @@ class GRPOConfig(TrainingArguments):
         except ConfigError:
             raise
         except ValueError as err:
-            raise _training_args_error(self, err) from None
+            raise training_args_error(self, err) from None
         precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
         precision = "fp16" if self.fp16 else "bf16" if self.bf16 else precision
         if precision != getattr(self, "mixed_precision", precision):  # bf16 / fp16 assigned
@@ -300,12 +303,12 @@ class GRPOConfig(TrainingArguments):
         given = self.__dict__["_given"]
         tokens, completion = given["max_tokens"], given["max_completion_length"]
         if tokens is not None and completion is not None and tokens != completion:
-            _fail(
+            fail(
                 f"max_tokens={tokens} and max_completion_length={completion} disagree",
                 "they are the same per-turn limit under two names: set one of them",
             )
         if tokens is None and completion is not None:
-            _at_least("max_completion_length", completion, 1, "or None (max_tokens) for no per-turn limit")
+            at_least("max_completion_length", completion, 1, "or None (max_tokens) for no per-turn limit")
         per_turn = tokens if tokens is not None else completion
         self._store("max_tokens", per_turn)
         self._store("max_completion_length", per_turn)
@@ -357,96 +360,6 @@ class GRPOConfig(TrainingArguments):
             if not torch.cuda.is_available():
                 self.ddp_backend = "gloo"
 
-    def _validate_fields(self) -> None:
-        """Checks that need no process count; they run before TrainingArguments sets up devices."""
-        if self.loss_type not in LOSS_TYPES:
-            _fail(f"unknown loss_type={self.loss_type!r}", f"use one of: {', '.join(LOSS_TYPES)}")
-        _at_least(
-            "num_generations", self.num_generations, 2, "a group needs 2+ completions to have a baseline"
-        )
-        _at_least("max_seq_len", self.max_seq_len, 2, "prompt and completion need a token each")
-        _at_least("max_prompt_length", self.max_prompt_length, 1, "or None for min(512, max_seq_len // 2)")
-        if self.max_prompt_length >= self.max_seq_len:
-            _fail(
-                f"max_prompt_length={self.max_prompt_length} must be < max_seq_len={self.max_seq_len}",
-                "raise max_seq_len or lower max_prompt_length to leave room for the completion",
-            )
-        if self.max_tokens is not None:
-            _at_least("max_tokens", self.max_tokens, 1, "or None for no per-turn limit")
-        if self.learning_rate < 0:
-            _fail(f"learning_rate={self.learning_rate} must be >= 0", "e.g. 1e-6 (full model) or 1e-5 (LoRA)")
-        _positive("temperature", self.temperature, "GRPO needs sampled, differing completions")
-        if self.top_k is not None and self.top_k != -1 and self.top_k < 1:
-            _fail(f"top_k={self.top_k} must be >= 1", "or None (or -1) to sample from all tokens")
-        if not 0.0 < self.top_p <= 1.0:
-            _fail(f"top_p={self.top_p} must be in (0, 1]", "use 1.0 to disable nucleus sampling")
-        if self.min_p is not None and not 0.0 <= self.min_p <= 1.0:
-            _fail(f"min_p={self.min_p} must be in [0, 1]", "or None to disable min-p sampling")
-        _positive("repetition_penalty", self.repetition_penalty, "1.0 means no penalty")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if not -2.0 <= getattr(self, name) <= 2.0:
-                _fail(f"{name}={getattr(self, name)} must be in [-2, 2]", "0.0 means no penalty")
-        if not 0.0 < self.epsilon < 1.0:
-            _fail(
-                f"epsilon={self.epsilon} must be in (0, 1)",
-                "the lower clip bound 1 - epsilon must be positive",
-            )
-        _positive("epsilon_high", self.epsilon_high)
-        if self.delta is not None and self.delta <= 1.0 + self.epsilon_high:
-            _fail(
-                f"delta={self.delta} must be > 1 + epsilon_high = {1.0 + self.epsilon_high}",
-                "raise delta (e.g. 4.0) or set it to None",
-            )
-        if self.beta < 0:
-            _fail(f"beta={self.beta} must be >= 0", "use 0.0 to turn the KL penalty off")
-        _at_least("num_iterations", self.num_iterations, 1)
-        _at_least("num_batches_ahead", self.num_batches_ahead, 0, "0 means synchronous generation")
-        _at_least("max_concurrent", self.max_concurrent, 1)
-        _at_least("max_filter_rounds", self.max_filter_rounds, 0)
-        if self.async_max_queue_size is not None:
-            _at_least(
-                "async_max_queue_size",
-                self.async_max_queue_size,
-                1,
-                "or None to size it from num_batches_ahead",
-            )
-        if self.lora_sync not in LORA_SYNC_MODES:
-            _fail(f"unknown lora_sync={self.lora_sync!r}", f"use one of: {', '.join(LORA_SYNC_MODES)}")
-        for name in ("async_generation_timeout", "vllm_server_timeout", "sync_weights_timeout"):
-            _positive(name, getattr(self, name), "a number of seconds")
-        if not 1 <= self.vllm_server_port <= 65535:
-            _fail(f"vllm_server_port={self.vllm_server_port} is not a TCP port", "use 1..65535")
-        if self.importance_sampling_cap is not None and self.importance_sampling_cap < 1.0:
-            _fail(
-                f"importance_sampling_cap={self.importance_sampling_cap} must be >= 1",
-                "an on-policy token has weight 1 and must not be scaled down; None disables the cap",
-            )
-        low, high = self.importance_sampling_mask_low, self.importance_sampling_mask_high
-        if low is not None and not 0.0 <= low < 1.0:
-            _fail(
-                f"importance_sampling_mask_low={low} must be in [0, 1)", "or None to keep low-weight tokens"
-            )
-        if high is not None and high <= 1.0:
-            _fail(f"importance_sampling_mask_high={high} must be > 1", "or None to keep high-weight tokens")
-        lo_r, hi_r = self.min_group_mean_reward, self.max_group_mean_reward
-        if lo_r is not None and hi_r is not None and lo_r > hi_r:
-            _fail(
-                f"min_group_mean_reward={lo_r} > max_group_mean_reward={hi_r}",
-                "the band would drop every group; swap or widen them",
-            )
-        if not 0.0 <= self.ref_model_mixup_alpha <= 1.0:
-            _fail(
-                f"ref_model_mixup_alpha={self.ref_model_mixup_alpha} must be in [0, 1]",
-                "1.0 copies the policy into the reference; 0.0 never moves it",
-            )
-        _at_least("ref_model_sync_steps", self.ref_model_sync_steps, 1)
-        if self.num_completions_to_print is not None:
-            _at_least("num_completions_to_print", self.num_completions_to_print, 1, "or None for all")
-        if self.per_device_eval_batch_size is not None:
-            _at_least(
-                "per_device_eval_batch_size", self.per_device_eval_batch_size, 1, "or None for max_concurrent"
-            )
-
     @property
     def eval_batch_size(self) -> int:
         """Eval rollouts in flight per process: ``per_device_eval_batch_size``, else ``max_concurrent``."""
@@ -481,92 +394,67 @@ def default_max_prompt_length(max_seq_len: int) -> int:
     return max(1, min(DEFAULT_MAX_PROMPT_LENGTH, max_seq_len // 2))
 
 
-def resolve_batch_layout(
-    *,
-    per_device_train_batch_size: int,
-    num_processes: int,
-    gradient_accumulation_steps: int,
-    num_generations: int,
-    generation_batch_size: int | None = None,
-    steps_per_generation: int | None = None,
-) -> tuple[int, int]:
-    """Check the batch sizes against each other; return ``(generation_batch_size, steps_per_generation)``.
-
-    Raises ``ConfigError`` naming the values and a fix. See the module docstring for the rule.
-    """
-    _at_least("per_device_train_batch_size", per_device_train_batch_size, 1)
-    _at_least("gradient_accumulation_steps", gradient_accumulation_steps, 1)
-    per_micro_step = per_device_train_batch_size * num_processes  # samples per micro-step, all processes
-    step_batch = per_micro_step * gradient_accumulation_steps  # samples per optimizer step
-    if step_batch % num_generations != 0:
-        _fail(
-            f"the global batch per optimizer step, per_device_train_batch_size={per_device_train_batch_size} "
-            f"× processes={num_processes} × gradient_accumulation_steps={gradient_accumulation_steps} "
-            f"= {step_batch}, is not divisible by num_generations={num_generations}",
-            f"choose sizes whose product is a multiple of {num_generations}",
-        )
-    both = generation_batch_size is not None and steps_per_generation is not None
-    # Both set is fine when they agree (a config rebuilt from its own resolved values).
-    if both and generation_batch_size != per_micro_step * steps_per_generation:
-        _fail(
-            f"generation_batch_size={generation_batch_size} and steps_per_generation={steps_per_generation} "
-            f"disagree (per_device_train_batch_size × processes × steps_per_generation = "
-            f"{per_micro_step * steps_per_generation})",
-            "set only one; the other follows from it",
-        )
-    if generation_batch_size is not None:
-        if generation_batch_size < 1 or generation_batch_size % step_batch != 0:
-            _fail(
-                f"generation_batch_size={generation_batch_size} is not a positive multiple of the global batch "
-                f"per optimizer step ({step_batch})",
-                f"use a multiple of {step_batch}",
-            )
-        steps_per_generation = generation_batch_size // per_micro_step
-    elif steps_per_generation is None:
-        steps_per_generation = gradient_accumulation_steps
-    elif steps_per_generation < 1 or steps_per_generation % gradient_accumulation_steps != 0:
-        _fail(
-            f"steps_per_generation={steps_per_generation} is not a positive multiple of "
-            f"gradient_accumulation_steps={gradient_accumulation_steps}",
-            "a generation batch must be a whole number of optimizer steps",
-        )
-    return per_micro_step * steps_per_generation, steps_per_generation
+# The "small" preset on top of the field defaults: LoRA on a small model on one machine, as the
+# shipped examples train (grpo_defaults(..., preset="small")) and vf-rl's RLConfig defaults (one copy).
+RECOMMENDED: dict[str, Any] = dict(
+    max_steps=500,
+    lr_scheduler_type="constant_with_warmup",
+    warmup_steps=0,  # with warm-up, constant_with_warmup trains step 1 at a learning rate of 0
+    beta=0.0,  # no KL penalty: saves the reference model's forward pass (and its memory)
+    save_strategy="steps",
+    save_steps=50,  # the last step is saved too, whatever max_steps is
+    logging_steps=1,
+    report_to="none",  # "wandb" or "tensorboard" to report the metrics
+)
 
 
-def grpo_defaults(run_name: str, **overrides: Any) -> GRPOConfig:
-    """A ``GRPOConfig`` with the recommended settings, ``overrides`` applied on top.
+def recommended(name: str) -> Any:
+    """The recommended default of a ``GRPOConfig`` field: ``RECOMMENDED``'s, else the field's own."""
+    if name in RECOMMENDED:
+        return RECOMMENDED[name]
+    default = GRPOConfig.__dataclass_fields__[name].default
+    if default is dataclasses.MISSING:
+        raise KeyError(f"GRPOConfig.{name} has no plain default")
+    return default
+
+
+# What grpo_defaults() gives without a preset: the values 0.1.x scripts were written against
+# (shared/reference/api.md), on top of the field defaults.
+GRPO_DEFAULTS: dict[str, Any] = dict(
+    max_steps=500, lr_scheduler_type="constant_with_warmup", warmup_steps=10, max_grad_norm=0.01,
+    max_seq_len=4096, gradient_checkpointing=True, save_strategy="steps", save_steps=500,
+    logging_steps=1, report_to="wandb",
+)  # fmt: skip
+PRESETS: dict[str, dict[str, Any]] = {"default": GRPO_DEFAULTS, "small": RECOMMENDED}
+
+
+def grpo_defaults(run_name: str, preset: str = "default", **overrides: Any) -> GRPOConfig:
+    """A ``GRPOConfig`` with a preset's settings, ``overrides`` applied on top.
+
+    ``"default"`` (:data:`GRPO_DEFAULTS`): the values 0.1.x scripts rely on (learning rate
+    1e-6, 10 warm-up steps, ``max_grad_norm`` 0.01, ``max_seq_len`` 4096, gradient
+    checkpointing, W&B). ``"small"`` (:data:`RECOMMENDED`, also vf-rl's defaults): LoRA on a
+    small model on one machine, as the shipped examples train (no warm-up, ``max_grad_norm``
+    1.0, no KL term, ``max_seq_len`` 2048, a checkpoint every 50 steps, no reporting).
+    Both: a step is 4 prompts × 8 completions, in bf16 where the hardware has it.
 
     Never fails for lack of hardware or optional packages: without a bf16-capable
-    accelerator it trains in fp32 (``bf16=False``), and with ``report_to="wandb"``
-    but no wandb installed it reports to tensorboard if installed, else nowhere.
-    Each fallback logs one warning. ``bf16=True`` together with ``use_cpu=True``
-    is kept (CPU bf16 autocast, asked for explicitly).
-
-    Checkpoints hold the model only (``save_only_model=True``, small); pass
-    ``save_only_model=False`` for checkpoints that resume exactly (optimizer included).
+    accelerator it trains in fp32, and with ``report_to="wandb"`` but no wandb installed
+    it reports to tensorboard if installed, else nowhere (one warning each). ``bf16=True``
+    with ``use_cpu=True`` is kept (CPU bf16 autocast, asked for explicitly). Checkpoints
+    hold the model only (``save_only_model=True``); pass ``False`` to resume exactly.
     """
+    if preset not in PRESETS:
+        raise ConfigError(f"grpo_defaults: unknown preset {preset!r}", hint=f"use one of {sorted(PRESETS)}")
     args: dict[str, Any] = dict(
         output_dir=f"outputs/{run_name}",
         run_name=run_name,
-        learning_rate=1e-6,
-        lr_scheduler_type="constant_with_warmup",
-        warmup_steps=10,
-        max_steps=500,
+        **PRESETS[preset],
         bf16=True,
-        max_grad_norm=0.01,
-        num_iterations=1,
-        max_seq_len=4096,
-        per_device_train_batch_size=8,
-        num_generations=8,
         gradient_accumulation_steps=4,
-        gradient_checkpointing=True,
-        save_strategy="steps",
-        save_steps=500,
         save_only_model=True,
-        logging_steps=1,
         log_on_each_node=False,
         log_completions=True,
-        report_to="wandb",
     )
     args.update(overrides)
     if args.get("bf16") and not (args.get("use_cpu") and overrides.get("bf16")) and not _bf16_accelerator():
@@ -578,63 +466,6 @@ def grpo_defaults(run_name: str, **overrides: Any) -> GRPOConfig:
         args["bf16"] = False
     args["report_to"] = _available_report_to(args.get("report_to"))
     return GRPOConfig(**args)
-
-
-def lora_defaults(
-    r: int = 8, alpha: float = 16, dropout: float = 0.0, target_modules: list[str] | str | None = None
-) -> Any:
-    """A peft ``LoraConfig`` for a causal LM, on the attention projections unless ``target_modules`` is given.
-
-    ``target_modules`` is a list of module names or, as in PEFT, one string: ``"all-linear"``
-    (every linear layer but the output head) or a regular expression over module names.
-    Values PEFT would reject later (or silently misuse) are refused here with a ``ConfigError``.
-    """
-    check_lora_settings(r, alpha, dropout, target_modules)
-    try:
-        from peft import LoraConfig
-    except ModuleNotFoundError as e:
-        raise MissingExtraError("lora_defaults", "train", e) from e
-    targets = (
-        target_modules if isinstance(target_modules, str) else list(target_modules or LORA_TARGET_MODULES)
-    )
-    return LoraConfig(
-        r=r,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
-        target_modules=targets,
-        task_type="CAUSAL_LM",
-    )
-
-
-def check_lora_settings(
-    r: Any, alpha: Any, dropout: Any, target_modules: Any, names: tuple[str, ...] = ("r", "alpha", "dropout")
-) -> None:
-    """The LoRA rules: ``r`` >= 1 (int), ``alpha`` > 0, 0 <= ``dropout`` < 1, ``target_modules`` a
-    non-empty string or list of strings (or None). ``names`` are the fields as the caller calls them."""
-    r_name, alpha_name, dropout_name = names
-    if not _is_number(r) or isinstance(r, float):
-        _fail(f"{r_name}={r!r} must be an integer", "the LoRA rank, e.g. 8 or 16")
-    if r < 1:
-        _fail(f"{r_name}={r!r} must be >= 1", "the LoRA rank, e.g. 8 or 16")
-    if not _is_number(alpha) or alpha <= 0:
-        _fail(f"{alpha_name}={alpha!r} must be > 0", "the LoRA scale is alpha / r; e.g. 2 × r")
-    if not _is_number(dropout) or not 0.0 <= dropout < 1.0:
-        _fail(f"{dropout_name}={dropout!r} must be in [0, 1)", "0.0 for no dropout")
-    name = "target_modules" if r_name == "r" else "lora_target_modules"
-    if isinstance(target_modules, str):
-        if not target_modules.strip():
-            _fail(f"{name}='' names no module", 'use "all-linear" or a list such as ["q_proj", "v_proj"]')
-    elif target_modules is not None:
-        items = list(target_modules) if isinstance(target_modules, (list, tuple)) else None
-        if not items or not all(isinstance(t, str) and t for t in items):
-            _fail(
-                f"{name}={target_modules!r} must be a non-empty list of module names",
-                'or "all-linear", or None for q_proj, k_proj, v_proj, o_proj',
-            )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _bf16_accelerator() -> bool:
@@ -662,44 +493,3 @@ def _available_report_to(report_to: str | list[str] | None) -> str | list[str] |
     )
     rest = [t for t in targets if t not in ("wandb", fallback)] + ([fallback] if fallback else [])
     return rest or "none"
-
-
-_ENUM_ERROR = re.compile(
-    r"^(?P<value>.*) is not a valid (?P<kind>\w+), please select one of \[(?P<choices>.*)\]$"
-)
-
-
-def _training_args_error(config: Any, err: ValueError) -> ConfigError:
-    """A ``ValueError`` from ``TrainingArguments.__post_init__`` as a one-line ``ConfigError``.
-
-    An unknown choice (``lr_scheduler_type``, ``optim``, ``*_strategy``, ...) names
-    the field it was given to and the valid choices; anything else keeps
-    transformers' own wording.
-    """
-    message = " ".join(str(err).split())
-    match = _ENUM_ERROR.match(message)
-    if match:
-        value = match["value"]
-        names = [
-            f.name
-            for f in dataclasses.fields(config)
-            if isinstance(getattr(config, f.name, None), str) and getattr(config, f.name) == value
-        ]
-        where = f"{names[0]}={value!r}" if names else repr(value)
-        choices = match["choices"].replace("'", "")
-        return ConfigError(f"{where} is not a valid {match['kind']}", hint=f"use one of: {choices}")
-    return ConfigError(f"invalid training arguments: {message}", hint="fix the field it names")
-
-
-def _fail(problem: str, fix: str | None = None) -> None:
-    raise ConfigError(problem, hint=fix)
-
-
-def _at_least(name: str, value: int, minimum: int, why: str | None = None) -> None:
-    if value is None or value < minimum:
-        _fail(f"{name}={value} must be >= {minimum}", why or f"set {name} to {minimum} or more")
-
-
-def _positive(name: str, value: float, why: str | None = None) -> None:
-    if value is None or value <= 0:
-        _fail(f"{name}={value} must be > 0", why or f"set {name} to a positive value")

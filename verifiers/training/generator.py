@@ -1,12 +1,12 @@
 """Background generation of training batches: ``BatchGenerator``.
 
 A thread with its own event loop runs a producer (``RolloutProducer`` from
-producer.py: what one batch is and how it is produced) ahead of training.
-Batch ``i`` may start only once ``i - num_batches_ahead`` batches are trained
-(so no sample is more than ``num_batches_ahead`` policy versions old), at most
-``max_queue_size`` finished batches wait, and a failure in the thread is raised
-in the main thread as ``GenerationError`` with the cause chained.
-``build_generator`` wires producer and thread from a ``GRPOConfig``.
+producer.py: what one batch is and how it is produced) ahead of training. Which
+batch may start, and how stale a batch may be, is ``BatchQueue``'s business
+(batch_queue.py): batch ``i`` starts only once ``i - num_batches_ahead`` batches
+are trained, and at most ``max_queue_size`` finished batches wait. A failure in
+the thread is raised in the main thread as ``GenerationError`` with the cause
+chained. ``build_generator`` wires producer and thread from a ``GRPOConfig``.
 
 Faults the generator rides out, each counted in the batch's metrics and logged once:
 
@@ -14,11 +14,10 @@ Faults the generator rides out, each counted in the batch's metrics and logged o
   from the same prompts (the prompt cursor is rewound), up to ``max_retries``
   times (``errors/generation_timeout``); then it is an error.
 - A server that stops answering (rollouts fail with ``ServerUnreachableError``):
-  the batch is dropped and rewound, the thread polls the server with backoff
-  until it is back (at most ``server_timeout`` seconds), asks the trainer for a
-  weight re-sync (a restarted server serves its base weights), waits for it,
-  and generates the batch again (``errors/server_restarts``). The trainer sees
-  the request as ``get(i, resync=True)`` returning :data:`RESYNC`.
+  the batch is dropped and rewound, and ``ServerRecovery`` (recovery.py) waits
+  for the server and for the trainer's weight re-sync, which the trainer sees as
+  ``get(i, resync=True)`` returning a ``Resync``; then the batch is generated
+  again (``errors/server_restarts``).
 
 Batch indices count generation batches from the start of training; a policy
 version is the number of generation batches trained (and synced) so far.
@@ -33,11 +32,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from verifiers.envs.model_client import client_url
 from verifiers.errors import GenerationError, ServerUnreachableError
-
-# GeneratedBatch stays importable from here: checkpoints pickle pending batches by
-# module path, and those saved before producer.py existed name this module.
+from verifiers.training.batch_queue import BatchQueue
 from verifiers.training.producer import (
     GeneratedBatch,
     PromptStream,
@@ -45,14 +41,11 @@ from verifiers.training.producer import (
     group_filter_from_config,
     sampling_args_from_config,
 )
+from verifiers.training.recovery import Resync, ServerRecovery
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.generator")
-
-RESYNC = "vf:resync"
-"""What ``BatchGenerator.get(i, resync=True)`` returns when the server came back from an
-outage and the trainer must push its weights again before the batch can be generated."""
 
 
 class Producer(Protocol):
@@ -63,7 +56,56 @@ class Producer(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     # Optional: ``load_state_dict(state)`` puts the producer back where ``state_dict()``
-    # was taken, so a failed attempt at a batch is retried with the same prompts.
+    # was taken, so a failed attempt at a batch is retried with the same prompts; a ``model``
+    # attribute receives ``set_model``'s name.
+
+
+class Signal:
+    """The generator's one synchronisation mechanism: a lock over the shared state, and a
+    ``notify()`` that wakes both the threads waiting under it (the trainer) and the event
+    loop of the generator thread (which must not block on a lock to wait)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def __enter__(self) -> None:
+        self.cond.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cond.__exit__(*exc)
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called in the generator thread, inside its running loop."""
+        self._loop, self._event = loop, asyncio.Event()
+
+    def notify(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+        loop, event = self._loop, self._event
+        if loop is not None and event is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # loop closed between the check and the call
+                pass
+
+    def wait(self, timeout: float) -> None:
+        """Main thread, holding the lock: until ``notify()`` or ``timeout``."""
+        self.cond.wait(timeout)
+
+    def clear(self) -> None:
+        """Generator thread, before checking the state: a ``notify()`` after the check still wakes it."""
+        if self._event is not None:
+            self._event.clear()
+
+    async def async_wait(self, timeout: float | None = None) -> None:
+        """Generator thread: until ``notify()`` (since the last ``clear()``) or ``timeout``."""
+        assert self._event is not None
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
 
 
 class BatchGenerator:
@@ -82,7 +124,7 @@ class BatchGenerator:
     ``1 + max_retries`` times before its timeout is an error. ``server`` (an
     object with ``ping() -> dict | None``, e.g. ``VLLMClient``) enables riding out
     server outages (see the module docstring); the trainer reports every
-    weight sync with ``resynced()``.
+    weight sync with ``resynced()`` and the model name to request with ``set_model()``.
     """
 
     def __init__(
@@ -99,32 +141,20 @@ class BatchGenerator:
         server: Any = None,
         server_timeout: float = 300.0,
     ):
-        if num_batches_ahead < 0:
-            raise GenerationError(f"num_batches_ahead must be >= 0, got {num_batches_ahead}")
         self.producer = producer
+        self.queue = BatchQueue.resume(num_batches_ahead, max_queue_size, start_index, next_index, pending)
         self.ahead = num_batches_ahead
-        self.max_queue_size = max(1, max_queue_size if max_queue_size is not None else num_batches_ahead)
         self.timeout = timeout
         self.max_retries = max(0, max_retries)
-        self.server, self.server_timeout = server, server_timeout
-        self._cond = threading.Condition()
-        self._ready: dict[int, GeneratedBatch] = {b.index: b for b in pending}
-        self._trained = start_index
-        # Resuming: batches below ``next_index`` were generated before (pending, or in training).
-        self._next = max([start_index - 1, *self._ready, (next_index or 0) - 1]) + 1
-        self._in_flight: int | None = None
-        self._error: tuple[int, BaseException] | None = None
+        self.server = server
+        self.signal = Signal()  # guards queue, recovery and the fields below
+        self.recovery = ServerRecovery(server, server_timeout, self.signal)
+        self._model: str | None = None  # set_model's name, handed to the producer by the thread
         self._stopping = False
+        self._progress = time.monotonic()  # last time the thread started an attempt
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
-        self._worker_task: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None  # the thread's main task (stop() cancels it)
         self._started = threading.Event()
-        self._progress = time.monotonic()  # last time the thread started or recovered an attempt
-        self._recovering = False  # waiting for the server to come back, or for a re-sync
-        self._resync_wanted = False
-        self._syncs = 0  # weight syncs the trainer reported (resynced())
-        self._rewind_state: dict[str, Any] | None = None  # producer state before the in-flight batch
 
     # ---- main thread ----
     def start(self) -> BatchGenerator:
@@ -134,64 +164,57 @@ class BatchGenerator:
             raise GenerationError("generator thread did not start within 30 s")
         return self
 
-    def get(self, index: int, resync: bool = False) -> GeneratedBatch | str:
+    def get(self, index: int, resync: bool = False) -> GeneratedBatch | Resync:
         """Batch ``index``; raises ``GenerationError`` on failure.
 
         Waits while the thread works on it (each attempt is bounded by ``timeout``,
         recovery from an outage by ``server_timeout``). With ``resync=True`` it
-        returns :data:`RESYNC` instead when the thread needs the weights pushed
+        returns a :class:`Resync` instead when the thread needs the weights pushed
         again; the caller syncs (which calls ``resynced()``) and asks again.
         """
-        if index > self._trained + self.ahead:
-            raise GenerationError(
-                f"batch {index} requested but only {self._trained} batches are trained "
-                f"(num_batches_ahead={self.ahead}); call mark_trained first"
-            )
+        self.queue.check_request(index)
         called = time.monotonic()
-        with self._cond:
-            while index not in self._ready:
-                self._raise_if_failed(index)
-                if index < self._next and self._in_flight != index:
-                    raise GenerationError(f"batch {index} was already consumed or skipped")
-                if resync and self._resync_wanted:
-                    return RESYNC
+        with self.signal:
+            while (batch := self.queue.take(index)) is None:
+                if not self.alive and self._thread is not None:
+                    raise GenerationError(f"generator thread is not running (waiting for batch {index})")
+                if resync and self.recovery.resync_wanted:
+                    return Resync(index)
                 # A safety net: the thread bounds each attempt itself, so this fires only if
                 # it stalls outside one (1 s of grace lets its own timeout report first).
-                deadline = max(called, self._progress) + self.timeout + 1.0
-                remaining = deadline - time.monotonic()
-                if self._recovering:
-                    remaining = 1.0
+                since = max(called, self._progress, self.recovery.recovered_at)
+                remaining = 1.0 if self.recovery.waiting else since + self.timeout + 1.0 - time.monotonic()
                 if remaining <= 0:
                     raise GenerationError(
                         f"batch {index} not ready after {self.timeout:.0f} s",
                         hint="raise async_generation_timeout, or check that the vLLM server is generating",
                     )
-                self._cond.wait(min(remaining, 1.0))
-            batch = self._ready.pop(index)
-        self._notify_thread()  # a queue slot is free
-        if index - batch.policy_version > self.ahead:
-            raise GenerationError(
-                f"batch {index} is {index - batch.policy_version} policy versions old "
-                f"(num_batches_ahead={self.ahead} allows at most {self.ahead})"
-            )
-        return batch
+                self.signal.wait(min(remaining, 1.0))
+        self.signal.notify()  # a queue slot is free
+        return self.queue.check_fresh(batch)
+
+    def set_model(self, name: str) -> None:
+        """The model name rollouts request from now on (e.g. the LoRA adapter's after a sync)."""
+        with self.signal:
+            self._model = name
 
     def resynced(self) -> None:
         """The trainer pushed its weights to the server (call after every successful sync)."""
-        with self._cond:
-            self._syncs += 1
-            self._resync_wanted = False
-            self._cond.notify_all()
-        self._notify_thread()
+        self.recovery.resynced()
 
     def mark_trained(self, num_trained: int) -> None:
-        with self._cond:
-            self._trained = max(self._trained, num_trained)
-        self._notify_thread()
+        with self.signal:
+            self.queue.trained = max(self.queue.trained, num_trained)
+        self.signal.notify()
 
     @property
     def trained(self) -> int:
-        return self._trained
+        return self.queue.trained
+
+    def _busy(self) -> bool:
+        """A batch is being generated, the thread is alive, and it will finish without the trainer."""
+        q = self.queue
+        return q.in_flight is not None and q.error is None and self.alive and not self.recovery.waiting
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no batch is being generated; returns whether none is.
@@ -202,19 +225,17 @@ class BatchGenerator:
         come back (it needs a sync), and gives up after ``timeout`` (default: ``self.timeout``).
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        with self._cond:
-            while self._in_flight is not None and self._error is None and self.alive and not self._recovering:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(min(left, 1.0))
-            return self._in_flight is None
+        with self.signal:
+            while self._busy() and (left := deadline - time.monotonic()) > 0:
+                self.signal.wait(min(left, 1.0))
+            return self.queue.in_flight is None
 
     def run(self, coro: Awaitable[Any], timeout: float | None = None) -> Any:
         """Run ``coro`` in the generator's event loop and return its result."""
-        if self._loop is None or not self.alive:
+        loop = self._task.get_loop() if self._task is not None else None
+        if loop is None or not self.alive:
             raise GenerationError("generator is not running")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coro, loop)  # type: ignore[arg-type]
         try:
             return future.result(timeout if timeout is not None else self.timeout)
         except TimeoutError as e:
@@ -224,29 +245,18 @@ class BatchGenerator:
     def state_dict(self) -> dict[str, Any]:
         """Pending batches and producer state; waits for an in-flight batch so nothing is lost."""
         deadline = time.monotonic() + self.timeout
-        with self._cond:
-            while self._in_flight is not None and self._error is None and self.alive:
-                if self._recovering and self._rewind_state is not None:
+        q = self.queue
+        with self.signal:
+            while q.in_flight is not None and q.error is None and self.alive:
+                if self.recovery.waiting and q.rewind is not None:
                     # The server is away: save the in-flight batch as never started (the
                     # producer as it was before it), rather than wait for the server.
-                    return {
-                        "trained": self._trained,
-                        "next": self._in_flight,
-                        "pending": [self._ready[i] for i in sorted(self._ready)],
-                        "producer": dict(self._rewind_state),
-                    }
+                    return {**q.snapshot(dict(q.rewind)), "next": q.in_flight}
                 if time.monotonic() > deadline:
-                    raise GenerationError(
-                        f"batch {self._in_flight} still generating after {self.timeout:.0f} s"
-                    )
-                self._cond.wait(1.0)
+                    raise GenerationError(f"batch {q.in_flight} still generating after {self.timeout:.0f} s")
+                self.signal.wait(1.0)
             # Holding the lock, the thread cannot start another batch: a consistent snapshot.
-            return {
-                "trained": self._trained,
-                "next": self._next,
-                "pending": [self._ready[i] for i in sorted(self._ready)],
-                "producer": self.producer.state_dict(),
-            }
+            return q.snapshot(self.producer.state_dict())
 
     @property
     def alive(self) -> bool:
@@ -254,13 +264,13 @@ class BatchGenerator:
 
     def stop(self, join_timeout: float = 30.0) -> None:
         """Stop the thread, cancelling an in-flight batch; idempotent."""
-        with self._cond:
+        with self.signal:
             self._stopping = True
-            self._cond.notify_all()
-        loop, task = self._loop, self._worker_task
-        if loop is not None and task is not None and not loop.is_closed():
+        self.signal.notify()
+        task = self._task
+        if task is not None and not task.get_loop().is_closed():
             try:
-                loop.call_soon_threadsafe(task.cancel)
+                task.get_loop().call_soon_threadsafe(task.cancel)
             except RuntimeError:  # loop closed between the check and the call
                 pass
         if self._thread is not None:
@@ -270,26 +280,10 @@ class BatchGenerator:
                     "generator thread did not stop within %.0f s; leaving it (daemon)", join_timeout
                 )
 
-    def _raise_if_failed(self, index: int) -> None:
-        if self._error is not None:
-            failed, exc = self._error
-            raise GenerationError(f"generating batch {failed} failed: {type(exc).__name__}: {exc}") from exc
-        if self._thread is not None and not self._thread.is_alive():
-            raise GenerationError(f"generator thread is not running (waiting for batch {index})")
-
-    def _notify_thread(self) -> None:
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(wake.set)
-            except RuntimeError:
-                pass
-
     # ---- generator thread ----
     def _thread_main(self) -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        self._loop = loop
         try:
             loop.run_until_complete(self._main())
         finally:
@@ -300,12 +294,11 @@ class BatchGenerator:
                 loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
-            with self._cond:
-                self._cond.notify_all()
+            self.signal.notify()
 
     async def _main(self) -> None:
-        self._wake = asyncio.Event()
-        self._worker_task = asyncio.current_task()
+        self.signal.bind(asyncio.get_running_loop())
+        self._task = asyncio.current_task()
         self._started.set()
         try:
             await self._work()
@@ -313,40 +306,33 @@ class BatchGenerator:
             if not self._stopping:
                 raise
 
-    def _may_start(self) -> bool:
-        return self._next <= self._trained + self.ahead and len(self._ready) < self.max_queue_size
-
     async def _work(self) -> None:
-        assert self._wake is not None
         while True:
-            # Clear before checking: a wake-up scheduled after our check still wakes us.
-            self._wake.clear()
-            with self._cond:
+            self.signal.clear()  # before checking: a wake-up scheduled after our check still wakes us
+            with self.signal:
                 if self._stopping:
                     return
-                index = self._next if self._may_start() else None
+                index = self.queue.next_to_start()
                 if index is not None:
-                    self._in_flight = index
-                    self._rewind_state = self._producer_state()
+                    self.queue.start(index, self._producer_state())
             if index is None:
-                await self._wake.wait()
+                await self.signal.async_wait()
                 continue
             try:
                 batch = await self._produce_with_retries(index)
             except asyncio.CancelledError:
-                with self._cond:
-                    self._in_flight = None
-                    self._cond.notify_all()
+                with self.signal:
+                    self.queue.in_flight = None
+                self.signal.notify()
                 raise
             except BaseException as e:  # noqa: BLE001 - surfaced in the main thread by get()
-                with self._cond:
-                    self._error, self._in_flight = (index, e), None
-                    self._cond.notify_all()
+                with self.signal:
+                    self.queue.fail(index, e)
+                self.signal.notify()
                 return
-            with self._cond:
-                self._ready[index] = batch
-                self._next, self._in_flight = index + 1, None
-                self._cond.notify_all()
+            with self.signal:
+                self.queue.finish(index, batch)
+            self.signal.notify()
             logger.debug(
                 "batch %d ready in %.2f s (policy version %d)",
                 index,
@@ -361,15 +347,17 @@ class BatchGenerator:
 
     def _rewind(self) -> None:
         """Put the producer back to where it was before this batch: the retry takes the same prompts."""
-        if self._rewind_state is not None:
-            self.producer.load_state_dict(dict(self._rewind_state))
+        if self.queue.rewind is not None:
+            self.producer.load_state_dict(dict(self.queue.rewind))
 
     async def _produce_with_retries(self, index: int) -> GeneratedBatch:
         """One batch, retried after a timeout or a server outage (counted in its metrics)."""
         timeouts = outages = 0
         while True:
-            with self._cond:
-                version, self._progress = self._trained, time.monotonic()
+            with self.signal:
+                version, self._progress = self.queue.trained, time.monotonic()
+                if self._model is not None:  # set here, in the thread that reads it
+                    self.producer.model = self._model  # type: ignore[attr-defined]
             try:
                 batch = await asyncio.wait_for(self.producer.produce(index, version), self.timeout)
                 break
@@ -393,75 +381,11 @@ class BatchGenerator:
                 if self.server is None or outages >= 10:
                     raise
                 outages += 1
-                await self._recover(index, e)
+                await self.recovery.recover(index, e, stopping=lambda: self._stopping)
             self._rewind()
         batch.metrics["errors/generation_timeout"] = float(timeouts)
         batch.metrics["errors/server_restarts"] = float(outages)
         return batch
-
-    async def _recover(self, index: int, err: BaseException) -> None:
-        """Wait (backoff) until the server is back, then until the trainer re-synced its weights."""
-        assert self._wake is not None
-        warn_once(
-            logger,
-            "server-lost",
-            "the vLLM server stopped answering (%s); waiting up to %.0f s for it to come back, then "
-            "re-syncing the weights and going on (logged once; counted in errors/server_restarts)",
-            err,
-            self.server_timeout,
-        )
-        with self._cond:
-            self._recovering = True
-        try:
-            health = await self._await_server()
-            restarted = getattr(self.server, "lost_weights", lambda h: True)(health)
-            logger.info(
-                "the vLLM server is back%s; batch %d is generated again after a weight re-sync",
-                " (restarted: it lost the synced weights)" if restarted else "",
-                index,
-            )
-            deadline = time.monotonic() + self.server_timeout
-            with self._cond:
-                synced_before, self._resync_wanted = self._syncs, True
-                self._cond.notify_all()
-            while True:
-                self._wake.clear()  # before checking: a wake-up after the check still wakes us
-                with self._cond:
-                    if self._stopping or self._syncs > synced_before:
-                        break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise GenerationError(
-                        f"the trainer did not re-sync its weights within {self.server_timeout:.0f} s "
-                        f"after the server came back (batch {index})"
-                    )
-                try:
-                    await asyncio.wait_for(self._wake.wait(), min(left, 1.0))
-                except asyncio.TimeoutError:
-                    pass
-        finally:
-            with self._cond:
-                self._recovering = self._resync_wanted = False
-                self._progress = time.monotonic()
-                self._cond.notify_all()
-
-    async def _await_server(self) -> dict[str, Any]:
-        """Poll ``server.ping()`` with exponential backoff until it answers ready."""
-        deadline = time.monotonic() + self.server_timeout
-        delay = 0.5
-        while True:
-            health = await asyncio.to_thread(self.server.ping)
-            if health is not None:
-                return health
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ServerUnreachableError(
-                    f"the model server did not come back within {self.server_timeout:.0f} s",
-                    hint="restart vf-vllm on the same host and port, or raise vllm_server_timeout",
-                    url=client_url(self.server) or None,
-                )
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, 8.0)
 
 
 def build_generator(

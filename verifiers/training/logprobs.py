@@ -1,6 +1,8 @@
 """Per-token log-probs and entropy of sampled tokens, without materializing a full log-softmax.
 
-Shapes: ``B`` sequences, ``T`` scored positions, ``V`` vocabulary. A full
+Shapes (letters as in losses.py): ``B`` sequences, ``T`` scored positions, ``V``
+vocabulary, ``N`` flattened rows; packed, ``L`` positions of the one sequence and
+``M`` those whose logits are kept. A full
 ``log_softmax`` over ``[B, T, V]`` doubles the logits' memory (SmolLM2: V = 49152,
 so 8 × 512 positions are 800 MB in fp32); working ``chunk_rows`` rows at a time
 keeps the extra memory to one chunk.
@@ -75,7 +77,13 @@ def sequence_logprobs(
         raise ValueError(f"start={start} must be >= 1: the first token has no logits to score it")
     if can_pack(model, input_ids_BT, attention_mask_BT, start):
         return packed_logprobs(
-            model, input_ids_BT, attention_mask_BT, start, temperature, with_entropy, chunk_rows
+            model,
+            input_ids_BT,
+            attention_mask_BT,
+            start,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_rows=chunk_rows,
         )
     T = input_ids_BT.shape[1]
     out = model(
@@ -164,17 +172,18 @@ def packed_logprobs(
     input_ids_BT: Tensor,
     attention_mask_BT: Tensor,
     start: int,
-    temperature: float = 1.0,
-    with_entropy: bool = False,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    *,
+    temperature: float,
+    with_entropy: bool,
+    chunk_rows: int,
 ) -> tuple[Tensor, Tensor | None]:
-    """``sequence_logprobs`` for rows that share their first ``start`` tokens (``can_pack``).
+    """``sequence_logprobs`` for rows that share their first ``start`` tokens (``can_pack``), which calls it.
 
     The rows become one sequence, the prefix once and then each row's tokens after
     it, ``[prefix | row 0 | row 1 | ...]``, with their own positions and a mask that
     lets each row's tokens see the prefix and, causally, themselves. Every token sees
     exactly what it sees in its own row, so log-probs and gradients equal the plain
-    forward's up to rounding, while a group of G completions costs one prompt and no
+    forward's up to rounding, while a group of K completions costs one prompt and no
     padding: SmolLM2 + LoRA forward+backward on 53 + 8 x (22..64) tokens took 2.96 s
     instead of 4.69 s on 2 CPU cores (fp32); on an H100 the wall time is about the same
     at this size (launch-bound) but peak memory is lower. Positions past a

@@ -1,8 +1,13 @@
 """Policy-gradient losses for GRPO and its variants, as pure functions of tensors.
 
-Shapes: ``B`` sequences in the micro-batch, ``T`` token positions (completion
-tokens, or prompt + completion with prompt positions masked). ``x_BT`` is
-per token, ``x_B`` per sequence. Masks are 0/1 (any dtype).
+Shape letters, one meaning each in every verifiers/training module: ``B`` rows
+of a batch (samples: a rollout, or one turn of it), ``T`` token positions, ``V``
+vocabulary, ``N`` flattened rows (``B × T``), ``G`` groups (one per prompt),
+``K`` rollouts per group (``num_generations``), ``P`` training processes. A name
+ends in the letters of its shape: ``x_BT`` is per token, ``x_B`` per row, ``x_GK``
+per-rollout data viewed as groups. Here ``B`` counts the micro-batch's sequences
+and ``T`` its token positions (completion tokens, or prompt + completion with
+prompt positions masked). Masks are 0/1 (any dtype).
 
 Every token-level input is aligned with the sampled token it scores:
 ``logprobs_BT`` (current policy, carries the gradient), ``old_logprobs_BT`` (the
@@ -273,8 +278,8 @@ def step_counts(
     if count is None:
         return []
     per_micro = [sum(count(m) for m in column) for column in zip(*loss_masks_per_process, strict=True)]
-    GA = gradient_accumulation_steps
-    return [float(sum(per_micro[i : i + GA])) for i in range(0, len(per_micro), GA)]
+    accum = gradient_accumulation_steps
+    return [float(sum(per_micro[i : i + accum])) for i in range(0, len(per_micro), accum)]
 
 
 def step_loss_scale(loss_type: str, gradient_accumulation_steps: int, num_processes: int) -> float:

@@ -1,15 +1,10 @@
 """Training metrics: per-step aggregation, rollout statistics, sample tables and curve plots.
 
-Names users read in logs and W&B: ``reward``, ``reward_std``, ``rewards/<func>``,
-``kl``, ``clip_ratio/*``, ``importance_ratio/{mean,min,max}``, ``entropy``,
-``completion_length/{mean,min,max}``, ``truncated_frac``, ``prompt_truncated_frac`` (prompts
-cut to ``max_prompt_length``), ``zero_std_groups_frac``,
-``filtered_groups_frac``, ``template_rewrites``, ``rollout_errors``, and times
-``time/generation_s``, ``time/sync_s``, ``time/train_s``.
-
-Failure counters (per step, summed rather than averaged; see ``FAILURE_METRICS``):
-a failure never stops a run; it is counted here and logged once (``warn_once``),
-not once per sample.
+Every name logged here is registered, with its meaning, in ``metric_names.py``
+(the docs' metric table is generated from it). Failure counters (``errors/<kind>``,
+one per ``FailureKind``, and ``completions/empty``) are summed per step rather than
+averaged: a failure never stops a run; it is counted here and logged once
+(``warn_once``) where it happens, not once per sample.
 """
 
 from __future__ import annotations
@@ -18,42 +13,32 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verifiers.envs.results import ERROR_METRIC
+from verifiers.rollout.failure import REWARD_NONFINITE, REWARD_RAISED, FailureKind, failure_of
+from verifiers.training.metric_names import BY_NAME
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.metrics")
 
 CURVES_FILE = "curves.png"
-
-FAILURE_METRICS = {
-    "errors/reward_fn": "rollouts in which a reward function raised (or returned a non-number); it scored 0",
-    "errors/nonfinite_reward": "rollouts whose reward (or a reward function's score) was NaN or infinite; "
-    "scored 0",
-    "errors/env_response": "rollouts ended by an exception in env_response (reward 0, not trained)",
-    "errors/tool_timeout": "tool calls that ran past tool_timeout (the model got a timeout message)",
-    "errors/generation_timeout": "generation attempts that took longer than async_generation_timeout; "
-    "the batch was generated again",
-    "errors/server_restarts": "times the vLLM server stopped answering; the trainer waited for it, "
-    "re-synced its weights and went on",
-    "completions/empty": "rollouts whose completion was empty (the model stopped at once)",
-}
-"""Failure counters: name -> what one count means."""
+EMPTY_COMPLETIONS = "completions/empty"
 
 SUMMED_PREFIXES = ("errors/", "completions/")
 """Metrics whose values within a step add up (counts) instead of being averaged."""
 
 # Counters every training batch reports, 0 when nothing happened: a flat line in the
 # logs says "no failures" rather than "not measured".
-BATCH_COUNTERS = (
-    "errors/reward_fn",
-    "errors/nonfinite_reward",
-    "errors/env_response",
-    "errors/tool_timeout",
-    "completions/empty",
-)
+BATCH_COUNTERS = (*(f"errors/{kind.value}" for kind in FailureKind if kind.per_rollout), EMPTY_COMPLETIONS)
+
+FAILURE_METRICS = {name: BY_NAME[name].description for name in BATCH_COUNTERS} | {
+    f"errors/{kind.value}": kind.description for kind in FailureKind if not kind.per_rollout
+}
+"""Failure counters: name -> what one count means."""
 
 
 class MetricsAccumulator:
@@ -113,10 +98,9 @@ def rollout_metrics(
         "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1)),
     }
     for name, values in outputs.metrics.items():
-        if values:
+        if values and name != ERROR_METRIC:  # not a reward function: counted as rollout_errors below
             out[f"rewards/{name}"] = sum(values) / len(values)
     states = outputs.state
-    out["rollout_errors"] = float(sum(1 for s in states if s.get("error")))
     out.update(failure_counts(outputs))
     if processed is not None and len(processed):
         lengths = [sum(1 for _ in ids) for ids in processed.completion_ids]
@@ -139,18 +123,21 @@ def _is_empty(completion: Any) -> bool:
 
 
 def failure_counts(outputs: GenerateOutputs) -> dict[str, float]:
-    """The per-batch counters of ``BATCH_COUNTERS``, read from the rollouts' states."""
-    raised = nonfinite = env_response = tool_timeouts = empty = 0
+    """``rollout_errors`` and the per-batch counters of ``BATCH_COUNTERS``, read from the rollouts'
+    typed failures (``state["failure"]``), reward errors and tool timeouts."""
+    counts = dict.fromkeys(BATCH_COUNTERS, 0.0)
+    failed = 0
     for state, completion in zip(outputs.state, outputs.completion, strict=True):
-        kinds = set((state.get("reward_errors") or {}).values())
-        raised += "raised" in kinds
-        nonfinite += "nonfinite" in kinds
-        error = state.get("error")
-        env_response += bool(error) and str(error).startswith("env_response:")
-        tool_timeouts += int(state.get("tool_timeouts") or 0)
-        empty += not error and _is_empty(completion)
-    counts = (raised, nonfinite, env_response, tool_timeouts, empty)
-    return {name: float(n) for name, n in zip(BATCH_COUNTERS, counts, strict=True)}
+        failure = failure_of(state)
+        if failure is not None:
+            failed += 1
+            counts[f"errors/{failure.kind.value}"] += 1
+        problems = set((state.get("reward_errors") or {}).values())
+        counts[f"errors/{FailureKind.REWARD_FN.value}"] += REWARD_RAISED in problems
+        counts[f"errors/{FailureKind.NONFINITE_REWARD.value}"] += REWARD_NONFINITE in problems
+        counts[f"errors/{FailureKind.TOOL_TIMEOUT.value}"] += int(state.get("tool_timeouts") or 0)
+        counts[EMPTY_COMPLETIONS] += failure is None and _is_empty(completion)
+    return {ERROR_METRIC: float(failed), **counts}
 
 
 def warn_batch_problems(stats: Mapping[str, float], batch_index: int, num_rollouts: int) -> None:
@@ -159,7 +146,7 @@ def warn_batch_problems(stats: Mapping[str, float], batch_index: int, num_rollou
     (Failing reward functions, env hooks, tools, timeouts and outages are logged
     where they happen; these are properties of a whole batch.)
     """
-    empty = stats.get("completions/empty", 0.0)
+    empty = stats.get(EMPTY_COMPLETIONS, 0.0)
     if empty:
         warn_once(
             logger,
@@ -191,6 +178,32 @@ def warn_batch_problems(stats: Mapping[str, float], batch_index: int, num_rollou
         )
 
 
+@dataclass
+class SampleTable:
+    """The first rollouts of a batch as a table: one entry per row in each list and column."""
+
+    step: int
+    prompts: list[Any]
+    completions: list[Any]
+    columns: dict[str, list[float]]  # reward, advantage, then each metric of the env
+
+    @classmethod
+    def of(
+        cls,
+        outputs: GenerateOutputs,
+        rewards: Sequence[float],
+        advantages: Sequence[float],
+        step: int,
+        num: int | None,
+    ) -> SampleTable:
+        """The batch's first ``num`` rollouts (all if None) with reward and advantage."""
+        count = len(outputs) if num is None else min(num, len(outputs))
+        columns = {"reward": list(rewards[:count]), "advantage": list(advantages[:count])}
+        for name, values in outputs.metrics.items():
+            columns[name] = list(values[:count])
+        return cls(step, list(outputs.prompt[:count]), list(outputs.completion[:count]), columns)
+
+
 def log_samples(
     outputs: GenerateOutputs,
     rewards: Sequence[float],
@@ -200,36 +213,23 @@ def log_samples(
     to_wandb: bool = False,
 ) -> None:
     """The sample table on the console, and as a W&B table when ``to_wandb``."""
-    print_samples(outputs, rewards, advantages, step, num)
+    table = SampleTable.of(outputs, rewards, advantages, step, num)
+    print_samples(table)
     if to_wandb:
-        log_wandb_samples(outputs, rewards, advantages, step, num)
+        log_wandb_samples(table)
 
 
-def print_samples(
-    outputs: GenerateOutputs,
-    rewards: Sequence[float],
-    advantages: Sequence[float],
-    step: int,
-    num: int | None,
-) -> None:
-    """A rich table of the batch's first ``num`` rollouts (all if None) with reward and advantage."""
+def print_samples(table: SampleTable) -> None:
+    """The samples as a rich table on the console."""
     from verifiers.utils.display import print_prompt_completions_sample
 
-    count = len(outputs) if num is None else min(num, len(outputs))
-    columns = {"reward": list(rewards[:count]), "advantage": list(advantages[:count])}
-    for name, values in outputs.metrics.items():
-        columns[name] = list(values[:count])
-    print_prompt_completions_sample(outputs.prompt[:count], outputs.completion[:count], columns, step, count)
+    count = len(table.prompts)
+    print_prompt_completions_sample(table.prompts, table.completions, table.columns, table.step, count)
 
 
-def log_wandb_samples(
-    outputs: GenerateOutputs,
-    rewards: Sequence[float],
-    advantages: Sequence[float],
-    step: int,
-    num: int | None,
-) -> None:
-    """The same samples as a W&B table, if wandb is installed and a run is active."""
+def log_wandb_samples(table: SampleTable) -> None:
+    """The samples (prompt, completion, reward, advantage) as a W&B table, if wandb is installed and
+    a run is active."""
     try:
         import wandb
     except ImportError:
@@ -238,17 +238,13 @@ def log_wandb_samples(
         return
     from verifiers.utils.display import format_messages
 
-    count = len(outputs) if num is None else min(num, len(outputs))
-    table = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
-    for i in range(count):
-        table.add_data(
-            step,
-            format_messages(outputs.prompt[i]),
-            format_messages(outputs.completion[i]),
-            float(rewards[i]),
-            float(advantages[i]),
+    out = wandb.Table(columns=["step", "prompt", "completion", "reward", "advantage"])
+    for i, (prompt, completion) in enumerate(zip(table.prompts, table.completions, strict=True)):
+        reward, advantage = table.columns["reward"][i], table.columns["advantage"][i]
+        out.add_data(
+            table.step, format_messages(prompt), format_messages(completion), float(reward), float(advantage)
         )
-    wandb.log({"completions": table}, commit=False)
+    wandb.log({"completions": out}, commit=False)
 
 
 def plot_curves(log_history: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:

@@ -36,6 +36,7 @@ from typing import Any
 
 from verifiers.envs.model_client import client_url
 from verifiers.errors import GenerationError, ServerUnreachableError
+from verifiers.rollout.failure import FailureKind, failure_of
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
@@ -44,9 +45,8 @@ logger = logging.getLogger("verifiers.training.producer")
 # Rollout state keys kept after processing: enough for metrics and sample tables,
 # small and picklable (raw responses and per-turn tokens are dropped once the token
 # data is built, so pending batches can be saved with a checkpoint).
-LEAN_STATE_KEYS = ("is_truncated", "error", "timing", "turn", "reward_errors", "tool_timeouts")
+LEAN_STATE_KEYS = ("is_truncated", "error", "failure", "timing", "turn", "reward_errors", "tool_timeouts")
 
-UNREACHABLE_PREFIX = f"{ServerUnreachableError.__name__}:"
 # Set on a row read through PromptTruncation whose prompt was cut (never passed to the env).
 PROMPT_TRUNCATED_KEY = "_vf_prompt_truncated"
 
@@ -238,9 +238,9 @@ class RolloutProducer:
 
     async def _generate_groups(self, rows: list[dict[str, Any]], index: int, round_: int) -> GenerateOutputs:
         """Rollouts for ``rows``, each repeated ``num_generations`` times, group-major."""
-        G = self.num_generations
+        K = self.num_generations
         if self.seed is None:
-            repeated = [r for r in rows for _ in range(G)]
+            repeated = [r for r in rows for _ in range(K)]
             return await self.env.a_generate(
                 rows_to_inputs(repeated),
                 client=self.client,
@@ -251,7 +251,7 @@ class RolloutProducer:
             )
         # One call per slot, each with its own seed: identical prompts under one
         # seed would sample identical completions and the group would teach nothing.
-        per_call = max(1, self.max_concurrent // G) if self.max_concurrent > 0 else -1
+        per_call = max(1, self.max_concurrent // K) if self.max_concurrent > 0 else -1
         calls = [
             self.env.a_generate(
                 rows_to_inputs(rows),
@@ -261,19 +261,20 @@ class RolloutProducer:
                 score_rollouts=True,
                 max_concurrent=per_call,
             )
-            for j in range(G)
+            for j in range(K)
         ]
         # return_exceptions: one call failing must not leave its siblings running into a retry.
         parts = await asyncio.gather(*calls, return_exceptions=True)
         for part in parts:
             if isinstance(part, BaseException):
                 raise part
-        return merge_outputs(parts, [(j, p) for p in range(len(rows)) for j in range(G)])
+        return merge_outputs(parts, [(j, p) for p in range(len(rows)) for j in range(K)])
 
     def _raise_if_server_lost(self, out: GenerateOutputs) -> None:
         """Rollouts that could not reach the server say nothing about the model: the whole
         batch is generated again once the server is back (see ``BatchGenerator``)."""
-        lost = sum(1 for s in out.state if str(s.get("error") or "").startswith(UNREACHABLE_PREFIX))
+        kinds = [getattr(failure_of(s), "kind", None) for s in out.state]
+        lost = kinds.count(FailureKind.SERVER_UNREACHABLE)
         if lost:
             raise ServerUnreachableError(
                 f"{lost} of {len(out)} rollouts could not reach the model server",
@@ -282,39 +283,40 @@ class RolloutProducer:
 
     async def produce(self, index: int, policy_version: int) -> GeneratedBatch:
         start = time.perf_counter()
-        G, P = self.num_generations, self.num_prompts
+        # Letters as in advantages.py: G groups per batch (one per prompt), K rollouts per group.
+        K, G = self.num_generations, self.num_prompts
         kept: list[GenerateOutputs] = []  # single-group outputs
         dropped: list[GenerateOutputs] = []
         generated_groups = prompts_cut = 0
         for round_ in range(1 + (self.max_filter_rounds if self.keep_groups else 0)):
-            need = P - len(kept)
+            need = G - len(kept)
             if need <= 0:
                 break
             rows = [dict(self.dataset[i]) for i in self.stream.take(need)]
             prompts_cut += sum(1 for r in rows if r.pop(PROMPT_TRUNCATED_KEY, False))
             out = await self._generate_groups(rows, index, round_)
             self._raise_if_server_lost(out)
-            if len(out) != need * G:
-                raise GenerationError(f"a_generate returned {len(out)} rollouts for {need * G} inputs")
+            if len(out) != need * K:
+                raise GenerationError(f"a_generate returned {len(out)} rollouts for {need * K} inputs")
             generated_groups += need
-            groups = [merge_outputs([out], [(0, g * G + j) for j in range(G)]) for g in range(need)]
-            mask = self.keep_groups(list(out.reward), G) if self.keep_groups else [True] * need
+            groups = [merge_outputs([out], [(0, g * K + j) for j in range(K)]) for g in range(need)]
+            mask = self.keep_groups(list(out.reward), K) if self.keep_groups else [True] * need
             for group, keep in zip(groups, mask, strict=True):
                 (kept if keep else dropped).append(group)
         # Still short after oversampling: fill with dropped groups so the batch
         # stays full (they carry zero advantage, which the metrics show).
-        filled = kept + dropped[: P - len(kept)]
-        outputs = merge_outputs(filled, [(g, j) for g in range(len(filled)) for j in range(G)])
+        filled = kept + dropped[: G - len(kept)]
+        outputs = merge_outputs(filled, [(g, j) for g in range(len(filled)) for j in range(K)])
         processed = self.process(outputs) if self.process else None
         metrics = (
-            {"filtered_groups_share": 1.0 - len(kept) / max(generated_groups, 1)} if self.keep_groups else {}
+            {"filtered_groups_frac": 1.0 - len(kept) / max(generated_groups, 1)} if self.keep_groups else {}
         )
         if isinstance(self.dataset, PromptTruncation):
             metrics["prompt_truncated_frac"] = prompts_cut / max(generated_groups, 1)
         return GeneratedBatch(
             index=index,
             policy_version=policy_version,
-            num_generations=G,
+            num_generations=K,
             outputs=lean_outputs(outputs),
             processed=processed,
             generation_s=time.perf_counter() - start,

@@ -1,12 +1,16 @@
 """``RLConfig`` and ``RLTrainer``: the LoRA-first front door onto ``GRPOTrainer``.
 
-``RLConfig`` counts batches in rollouts and uses the names of the one-TOML
-launcher (``vf-rl``); :meth:`RLConfig.to_grpo_config` translates it into a
-``GRPOConfig``, so every rule and default below that line lives in one place
-(``config.py``). ``RLTrainer`` *is* a ``GRPOTrainer``: it only loads the model
-from a name, hands the LoRA config over, and prints the lines users expect.
+``RLConfig`` is a thin preset over ``GRPOConfig``: it counts batches in rollouts and
+uses the names of the one-TOML launcher (``vf-rl``). Every field that is a
+``GRPOConfig`` field (under its own name or one below) takes its default and its help
+from ``GRPOConfig`` (``config.recommended``: ``RECOMMENDED``, else the field's own);
+only ``LORA_PRESET`` differs, because the adapter trains at a LoRA learning rate.
+:meth:`RLConfig.to_grpo_config` translates it into a ``GRPOConfig``, so every rule
+below that line lives in one place (``config.py``, ``batch_layout.py``). ``RLTrainer``
+*is* a ``GRPOTrainer``: it only loads the model from a name, hands the LoRA config
+over, and prints the lines users expect.
 
-Mapping (RLConfig -> GRPOConfig), with P training processes:
+Mapping (RLConfig -> GRPOConfig), with P training processes (``batch_layout.rollout_layout``):
 
     rollouts_per_example   -> num_generations
     micro_batch_size       -> per_device_train_batch_size
@@ -15,37 +19,34 @@ Mapping (RLConfig -> GRPOConfig), with P training processes:
     generation_timeout     -> async_generation_timeout
     use_lora, lora_*       -> peft_config (lora_defaults)
     log_samples_every      -> log_completions, switched on every N steps
+    num_samples_to_print   -> num_completions_to_print
     wandb_project/name     -> $WANDB_PROJECT / $WANDB_NAME / $WANDB_ENTITY
     grpo_args              -> any other GRPOConfig field, as given
-
-Defaults differ from ``grpo_defaults`` on purpose: LoRA on, a LoRA-sized
-learning rate, the ``cispo`` loss (importance-sampled policy gradient against
-the server's sampling log-probs, tokens outside a ratio band masked), no KL
-penalty, one batch generated ahead of training (one step off-policy).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+from transformers import TrainerCallback
 
 from verifiers.errors import ConfigError, nearest
-from verifiers.training.config import (
-    LORA_TARGET_MODULES,
-    GRPOConfig,
-    check_lora_settings,
-    lora_defaults,
+from verifiers.training.batch_layout import check_batch_sizes, rollout_layout  # noqa: F401 (re-exported)
+from verifiers.training.config import GRPOConfig, recommended
+from verifiers.training.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
+from verifiers.training.rl_output import (  # noqa: F401 (re-exported: rl.py's 0.2 names)
+    METRICS_FILE,
+    STEP_FIELDS,
+    SampleSchedule,
+    StepLogger,
+    format_step_line,
+    is_main_process,
+    say,
 )
-from verifiers.training.sync import is_peft_model
-from verifiers.training.trainer import GRPOTrainer
 
 # GRPOConfig fields that RLConfig sets under another name: giving them directly
 # would disagree with the rollout counts, so they are refused with the name to use.
@@ -58,42 +59,28 @@ RENAMED_GRPO_FIELDS: dict[str, str] = {
     "async_generation_timeout": "generation_timeout",
     "log_completions": "log_samples_every",
 }
-METRICS_FILE = "metrics.jsonl"
+# Where RLConfig's defaults differ from grpo_defaults(): it trains a LoRA adapter by default.
+LORA_PRESET: dict[str, Any] = {
+    "learning_rate": 1e-5,  # an adapter needs a larger step than the full model's 1e-6
+    # importance-sampled policy gradient against the server's sampling log-probs, tokens
+    # outside a ratio band masked: steady with num_batches_ahead=1 (one step off-policy)
+    "loss_type": "cispo",
+}
 
 
-def check_batch_sizes(
-    batch_size: int,
-    micro_batch_size: int,
-    rollouts_per_example: int,
-    num_processes: int = 1,
-    processes_name: str = "processes",
-) -> None:
-    """The batch rule: ``batch_size`` is a whole number of micro-batches on every process, and of groups.
+def _grpo(name: str) -> Any:
+    """An RLConfig field that is GRPOConfig's ``name`` (maybe renamed here): the preset's default,
+    else the recommended one, and GRPOConfig's help, read from there rather than copied."""
+    default = LORA_PRESET[name] if name in LORA_PRESET else recommended(name)
+    help_text = GRPOConfig.__dataclass_fields__[name].metadata.get("help", "")
+    return field(default=default, metadata={"help": help_text, "grpo": name})
 
-    ``processes_name`` is how the process count is called in the message
-    (``max(trainer.gpus, 1)`` for a TOML config).
-    """
-    for name, value in (
-        ("batch_size", batch_size),
-        ("micro_batch_size", micro_batch_size),
-        ("rollouts_per_example", rollouts_per_example),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{name}={value!r} must be a positive integer")
-    per_micro_step = micro_batch_size * num_processes
-    if batch_size % per_micro_step:
-        lo = batch_size - batch_size % per_micro_step
-        options = " or ".join(str(v) for v in (lo, lo + per_micro_step) if v > 0)
-        raise ConfigError(
-            f"batch_size={batch_size} is not divisible by micro_batch_size × {processes_name} = "
-            f"{micro_batch_size} × {num_processes} = {per_micro_step}",
-            hint=f"use e.g. batch_size = {options}",
-        )
-    if batch_size % rollouts_per_example:
-        raise ConfigError(
-            f"batch_size={batch_size} is not divisible by rollouts_per_example={rollouts_per_example}",
-            hint="a batch must hold whole groups of rollouts of one prompt",
-        )
+
+def _own(default: Any, help_text: str, **kwargs: Any) -> Any:
+    """A field RLConfig adds (rollout counts, LoRA, W&B, printing), with its help."""
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help_text})
+    return field(default=default, metadata={"help": help_text}, **kwargs)
 
 
 def launched_world_size() -> int:
@@ -114,71 +101,77 @@ class RLConfig:
     """Training settings counted in rollouts; see the module docstring for how they map onto GRPOConfig."""
 
     # Run and outputs.
-    run_name: str = "rl-run"
-    output_dir: str | None = None  # None: outputs/<run_name>
+    run_name: str = _own("rl-run", "Name of the run (W&B, outputs/<run_name>).")
+    output_dir: str | None = _own(None, "Where checkpoints and logs go; None: outputs/<run_name>.")
 
     # Batches, counted in rollouts.
-    rollouts_per_example: int = 8  # group size
-    micro_batch_size: int = 8  # rollouts per process per forward/backward pass
-    batch_size: int = 64  # rollouts per optimizer step, all processes together
-    max_steps: int = 500
+    rollouts_per_example: int = _grpo("num_generations")
+    micro_batch_size: int = _grpo("per_device_train_batch_size")
+    batch_size: int = _own(
+        64,
+        "Rollouts per optimizer step, all processes together (a multiple of micro_batch_size × processes).",
+    )
+    max_steps: int = _grpo("max_steps")
 
     # Lengths in tokens.
-    max_tokens: int | None = None  # per turn; None: up to max_seq_len
-    max_seq_len: int = 2048
-    max_prompt_len: int | None = None  # None: min(512, max_seq_len // 2)
+    max_tokens: int | None = _grpo("max_tokens")
+    max_seq_len: int = _grpo("max_seq_len")
+    max_prompt_len: int | None = _grpo("max_prompt_length")
 
     # Optimizer.
-    learning_rate: float = 1e-5
-    lr_scheduler_type: str = "constant_with_warmup"
-    warmup_steps: int = 10
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    bf16: bool | None = None  # None: on when a bf16-capable GPU is present
-    gradient_checkpointing: bool = False
+    learning_rate: float = _grpo("learning_rate")
+    lr_scheduler_type: str = _grpo("lr_scheduler_type")
+    warmup_steps: int = _grpo("warmup_steps")
+    max_grad_norm: float = _grpo("max_grad_norm")
+    weight_decay: float = _grpo("weight_decay")
+    bf16: bool | None = _own(None, "Train in bf16; None: on when a bf16-capable GPU is present.")
+    gradient_checkpointing: bool = _grpo("gradient_checkpointing")
 
     # Objective.
-    loss_type: str = "cispo"  # any of GRPOConfig's; checked there
-    beta: float = 0.0  # KL penalty weight
-    num_iterations: int = 1
-    num_batches_ahead: int = 1  # batches generated while one trains: 1 = one step off-policy
+    loss_type: str = _grpo("loss_type")
+    beta: float = _grpo("beta")
+    num_iterations: int = _grpo("num_iterations")
+    num_batches_ahead: int = _grpo("num_batches_ahead")
 
     # Sampling.
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float = 1.0
+    temperature: float = _grpo("temperature")
+    top_p: float = _grpo("top_p")
+    top_k: int | None = _grpo("top_k")
+    min_p: float | None = _grpo("min_p")
+    repetition_penalty: float = _grpo("repetition_penalty")
 
     # LoRA.
-    use_lora: bool = True
-    lora_rank: int = 8
-    lora_alpha: float = 16
-    lora_dropout: float = 0.0
-    # None: q_proj, k_proj, v_proj, o_proj; a string is PEFT's: "all-linear" or a regular expression.
-    lora_target_modules: list[str] | str | None = None
+    use_lora: bool = _own(True, "Train a LoRA adapter (False: the full model).")
+    lora_rank: int = _own(8, "LoRA rank r.")
+    lora_alpha: float = _own(16, "LoRA scale alpha (the update is scaled by alpha / r).")
+    lora_dropout: float = _own(0.0, "Dropout on the LoRA input, in [0, 1).")
+    lora_target_modules: list[str] | str | None = _own(
+        None,
+        'Modules LoRA adapts; None: q_proj, k_proj, v_proj, o_proj; a string is PEFT\'s: "all-linear" '
+        "or a regular expression.",
+    )
 
     # Inference server.
-    vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: int = 8000
-    vllm_server_timeout: float = 300.0  # seconds to wait for the server to become ready
-    generation_timeout: float = 600.0  # seconds the trainer waits for one batch of rollouts
-    max_concurrent: int = 1024
+    vllm_server_host: str = _grpo("vllm_server_host")
+    vllm_server_port: int = _grpo("vllm_server_port")
+    vllm_server_timeout: float = _grpo("vllm_server_timeout")
+    generation_timeout: float = _grpo("async_generation_timeout")
+    max_concurrent: int = _grpo("max_concurrent")
 
     # Evaluation, checkpoints, logging.
-    eval_strategy: str = "no"
-    eval_steps: int | None = None
-    save_steps: int = 50
-    logging_steps: int = 1
-    log_samples_every: int = 10  # print a sample block every N steps; 0: never
-    num_samples_to_print: int = 2
-    report_to: str | list[str] = "none"
-    wandb_project: str | None = None
-    wandb_name: str | None = None
-    wandb_entity: str | None = None
+    eval_strategy: str = _grpo("eval_strategy")
+    eval_steps: int | None = _grpo("eval_steps")
+    save_steps: int = _grpo("save_steps")
+    logging_steps: int = _grpo("logging_steps")
+    log_samples_every: int = _own(10, "Print a block of sample rollouts every N steps; 0: never.")
+    num_samples_to_print: int = _own(2, "Rows in each sample block.")
+    report_to: str | list[str] = _grpo("report_to")
+    wandb_project: str | None = _own(None, "W&B project ($WANDB_PROJECT); needs report_to = 'wandb'.")
+    wandb_name: str | None = _own(None, "W&B run name ($WANDB_NAME); needs report_to = 'wandb'.")
+    wandb_entity: str | None = _own(None, "W&B entity ($WANDB_ENTITY); needs report_to = 'wandb'.")
 
     # Any other GRPOConfig field (e.g. epsilon, seed, save_total_limit), passed through as given.
-    grpo_args: dict[str, Any] = field(default_factory=dict)
+    grpo_args: dict[str, Any] = _own({}, "Any other GRPOConfig field (e.g. epsilon, seed), as given.")
 
     def __post_init__(self) -> None:
         if not self.run_name or not isinstance(self.run_name, str):
@@ -285,7 +278,7 @@ class RLConfig:
         """
         actual = launched_world_size()
         planned = world_size or actual
-        check_batch_sizes(self.batch_size, self.micro_batch_size, self.rollouts_per_example, planned)
+        layout = rollout_layout(self.batch_size, self.micro_batch_size, self.rollouts_per_example, planned)
         if planned % actual:
             raise ConfigError(f"cannot lay out {planned} planned processes over {actual} running ones")
         if "wandb" in _targets(self.report_to) and importlib.util.find_spec("wandb") is None:
@@ -297,45 +290,22 @@ class RLConfig:
             from transformers.utils import is_torch_bf16_gpu_available
 
             bf16 = bool(is_torch_bf16_gpu_available())
-        kwargs: dict[str, Any] = dict(
+        # Every field that is a GRPOConfig field, under its GRPOConfig name; the batch sizes from the layout.
+        kwargs: dict[str, Any] = {
+            f.metadata["grpo"]: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if "grpo" in f.metadata
+        }
+        kwargs.update(
             output_dir=self.output_dir,
             run_name=self.run_name,
-            max_steps=self.max_steps,
-            num_generations=self.rollouts_per_example,
-            per_device_train_batch_size=self.micro_batch_size * planned // actual,
-            gradient_accumulation_steps=self.batch_size // (self.micro_batch_size * planned),
-            max_tokens=self.max_tokens,
-            max_seq_len=self.max_seq_len,
-            max_prompt_length=self.max_prompt_len,
-            learning_rate=self.learning_rate,
-            lr_scheduler_type=self.lr_scheduler_type,
-            warmup_steps=self.warmup_steps,
-            max_grad_norm=self.max_grad_norm,
-            weight_decay=self.weight_decay,
+            num_generations=layout.num_generations,
+            per_device_train_batch_size=layout.per_device_train_batch_size * planned // actual,
+            gradient_accumulation_steps=layout.gradient_accumulation_steps,
             bf16=bf16,
-            gradient_checkpointing=self.gradient_checkpointing,
-            loss_type=self.loss_type,
-            beta=self.beta,
-            num_iterations=self.num_iterations,
-            num_batches_ahead=self.num_batches_ahead,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            repetition_penalty=self.repetition_penalty,
-            vllm_server_host=self.vllm_server_host,
-            vllm_server_port=self.vllm_server_port,
-            vllm_server_timeout=self.vllm_server_timeout,
-            async_generation_timeout=self.generation_timeout,
-            max_concurrent=self.max_concurrent,
-            eval_strategy=self.eval_strategy,
-            eval_steps=self.eval_steps,
             save_strategy="steps",
-            save_steps=self.save_steps,
-            logging_steps=self.logging_steps,
             log_completions=self.log_samples_every > 0,
             num_completions_to_print=self.num_samples_to_print,
-            report_to=self.report_to,
             # RLTrainer prints one line per step instead of a progress bar.
             disable_tqdm=True,
         )
@@ -406,164 +376,11 @@ def _targets(report_to: str | list[str] | None) -> list[str]:
     return [report_to] if isinstance(report_to, str) else list(report_to or [])
 
 
-# -- what users see ----------------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    # RLTrainer (and its helpers) live in rl_trainer.py, which imports the trainer stack: loaded
+    # on first use, so RLConfig (and vf-rl's validation) does not pay for it.
+    if name in ("RLTrainer", "_load_model", "_describe_model"):
+        from verifiers.training import rl_trainer
 
-STEP_FIELDS = (  # (log key, label, format)
-    ("reward", "reward", ".3f"),
-    ("entropy", "entropy", ".3f"),
-    ("importance_ratio/mean", "importance_ratio", ".3f"),
-    ("loss", "loss", ".4g"),
-    ("learning_rate", "lr", ".2e"),
-)
-
-
-def format_step_line(step: int, max_steps: int, logs: dict[str, Any]) -> str:
-    """``Step 12/100: reward=0.520 entropy=2.310 importance_ratio=1.010 loss=0.0123 lr=1.00e-05``."""
-    parts = [
-        f"{label}={logs[key]:{fmt}}"
-        for key, label, fmt in STEP_FIELDS
-        if isinstance(logs.get(key), (int, float)) and not isinstance(logs.get(key), bool)
-    ]
-    return f"Step {step}/{max_steps}: " + " ".join(parts)
-
-
-def is_main_process() -> bool:
-    """Rank 0 (or a single process); usable before the Trainer's accelerator exists."""
-    return os.environ.get("RANK", "0") == "0"
-
-
-def say(message: str) -> None:
-    """A start-up or progress line, printed by the main process only."""
-    if is_main_process():
-        print(message, flush=True)
-
-
-class StepLogger(TrainerCallback):
-    """Prints the per-step line (and eval lines), and appends every log to ``<output_dir>/runs/metrics.jsonl``."""
-
-    def __init__(self, output_dir: str):
-        self.path = Path(output_dir) / "runs" / METRICS_FILE
-        self.started = time.perf_counter()
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
-        if any(k.startswith("eval_") for k in logs):
-            shown = {k[len("eval_") :]: v for k, v in logs.items() if k.startswith("eval_")}
-            print(
-                f"Eval at step {state.global_step}: reward={shown.get('reward', float('nan')):.3f}",
-                flush=True,
-            )
-        elif "train_runtime" in logs:
-            minutes = logs["train_runtime"] / 60
-            print(
-                f"Done: {state.global_step} steps in {minutes:.1f} min; outputs in {args.output_dir}",
-                flush=True,
-            )
-        elif "loss" in logs or "reward" in logs:
-            print(format_step_line(state.global_step, state.max_steps, logs), flush=True)
-
-
-class SampleSchedule(TrainerCallback):
-    """Turns ``log_completions`` on for the batch of every ``every``-th step only.
-
-    The trainer prints a sample block for a batch when ``args.log_completions`` is
-    set as the batch is prepared, which happens inside the step, after ``on_step_begin``.
-    """
-
-    def __init__(self, every: int):
-        self.every = every
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        args.log_completions = self.every > 0 and state.global_step % self.every == 0
-
-
-class RLTrainer(GRPOTrainer):
-    """``GRPOTrainer`` configured by an ``RLConfig``: ``RLTrainer(model, env, args=RLConfig(...))``.
-
-    ``model`` is a model or a name (hub id, folder, ``"smollm2"``); given a name, the
-    tokenizer is loaded with it unless ``processing_class`` is passed. LoRA is applied
-    from ``args`` (unless the model already is a PEFT model).
-    """
-
-    def __init__(
-        self,
-        model: Any,
-        env: Any,
-        args: RLConfig | None = None,
-        processing_class: Any = None,
-        callbacks: list | None = None,
-        client: Any = None,
-    ):
-        args = RLConfig() if args is None else args
-        if not isinstance(args, RLConfig):
-            raise ConfigError(
-                f"args must be an RLConfig, got {type(args).__name__}",
-                hint="use vf.GRPOTrainer for a GRPOConfig",
-            )
-        grpo_args = args.to_grpo_config()
-        model, processing_class = _load_model(model, processing_class)
-        peft_config = None if is_peft_model(model) else args.lora_config()
-        for var, value in args.wandb_environment().items():
-            os.environ.setdefault(var, value)
-        super().__init__(
-            model=model,
-            processing_class=processing_class,
-            env=env,
-            args=grpo_args,
-            peft_config=peft_config,
-            callbacks=[*args.callbacks(), *(callbacks or [])],
-            client=client,
-        )
-        self.rl_args = args
-        # The step line replaces the raw log dicts and the progress bar.
-        self.remove_callback(PrinterCallback)
-        self.remove_callback(ProgressCallback)
-        say(_describe_model(self.model, args if peft_config is not None else None))
-
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        """Train as ``GRPOTrainer`` does (which first waits for the server), with start-up lines."""
-        a = self.rl_args
-        say(
-            f"Inference server: http://{a.vllm_server_host}:{a.vllm_server_port} "
-            f"(waiting up to {a.vllm_server_timeout:.0f} s for it to be ready)"
-        )
-        say(f"Training {self.args.max_steps} steps; outputs in {self.args.output_dir}")
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
-
-
-def _load_model(model: Any, processing_class: Any) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: load by name when given one, else the tokenizer of the model's name."""
-    from verifiers.models import get_model, get_tokenizer
-
-    if isinstance(model, (str, os.PathLike)):
-        name = os.fspath(model)
-        say(f"Loading model {name}")
-        started = time.perf_counter()
-        loaded = get_model(name)
-        processing_class = processing_class if processing_class is not None else get_tokenizer(name)
-        say(f"Loaded model {name} in {time.perf_counter() - started:.1f} s")
-        return loaded, processing_class
-    if processing_class is None:
-        name = getattr(getattr(model, "config", None), "_name_or_path", None)
-        if not name:
-            raise ConfigError(
-                "processing_class is required when model is a model object without a name",
-                hint="pass processing_class=tokenizer, or pass the model's name instead",
-            )
-        processing_class = get_tokenizer(name)
-    return model, processing_class
-
-
-def _describe_model(model: Any, lora_from: RLConfig | None) -> str:
-    """One line: parameter counts and what trains (``lora_from``: the config whose LoRA was applied)."""
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    if lora_from is not None:
-        what = f"LoRA r={lora_from.lora_rank} alpha={lora_from.lora_alpha} on {', '.join(lora_from.target_modules)}"
-    else:
-        what = "the model's own LoRA adapter" if is_peft_model(model) else "full fine-tuning"
-    return f"Model: {total / 1e6:.1f}M parameters, {trainable / 1e6:.2f}M trainable ({what})"
+        return getattr(rl_trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

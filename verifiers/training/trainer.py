@@ -3,15 +3,16 @@
 Wiring only; each stage lives in its own module:
 
     producer.py   prompts -> env.a_generate through vf-vllm -> GeneratedBatch
-    generator.py  the producer, run ahead of training in a background thread
+    generator.py  the producer, run ahead of training in a background thread (batch_queue.py)
     advantages.py rewards -> group-relative advantages
     batching.py   ProcessedOutputs -> TrainBatch -> this process's micro-batches
     buffer.py     GeneratedBatch -> advantages, TrainBatch -> scored micro-batches (Buffer)
     logprobs.py   model -> per-token log-probs and entropy
     losses.py     log-probs, advantages, masks -> loss
-    sync.py       weights -> server, after every optimizer step
+    sync.py       weights -> server, after every optimizer step (server_link.py: client, syncer)
+    recovery.py   a lost server: wait for it, re-sync the weights, go on
     metrics.py    per-step metrics, sample tables, curves
-    checkpoint.py pending rollouts and the batch in training, saved with each checkpoint
+    checkpoint.py pending rollouts and the batch in training, saved (as data) with each checkpoint
 
 How ``Trainer``'s loop drives it: the train dataloader yields *step tickets*
 (``{"micro_step": m}``, ``max_steps × gradient_accumulation_steps`` of them), not
@@ -37,16 +38,18 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 
-from verifiers.errors import ConfigError, ServerError
-from verifiers.inference.client import is_server_lost
+from verifiers.errors import ConfigError
 from verifiers.training import checkpoint as ckpt
 from verifiers.training import metrics as M
 from verifiers.training.buffer import Buffer, build_buffer, eval_logprobs, train_batch
 from verifiers.training.config import GRPOConfig
-from verifiers.training.generator import RESYNC, BatchGenerator, build_generator
+from verifiers.training.generator import BatchGenerator, build_generator
 from verifiers.training.logprobs import sequence_logprobs
 from verifiers.training.losses import compute_loss, step_loss_scale
+from verifiers.training.processes import broadcast, combine_metrics
 from verifiers.training.producer import GeneratedBatch, PromptTruncation, sampling_args_from_config
+from verifiers.training.recovery import Resync
+from verifiers.training.server_link import ServerLink
 from verifiers.training.sync import (
     WeightSyncer,
     is_peft_model,
@@ -59,9 +62,6 @@ from verifiers.training.sync import (
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.trainer")
-
-# Checkpoints pickle the buffer by module path: those saved before buffer.py existed name this one.
-_Buffer = Buffer
 
 
 class _StepEnd(TrainerCallback):
@@ -120,26 +120,17 @@ class GRPOTrainer(Trainer):
             steps_per_epoch = math.ceil(len(dataset) * args.num_generations / self.samples_per_step)
             args.max_steps = max(1, math.ceil(args.num_train_epochs * steps_per_epoch))
         eval_dataset = env.get_eval_dataset() if args.eval_strategy != "no" else None
-        super().__init__(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            callbacks=callbacks,
-            optimizers=optimizers,
-        )
-        self.client = client
+        data = {"train_dataset": dataset, "eval_dataset": eval_dataset, "processing_class": processing_class}
+        super().__init__(model=model, args=args, callbacks=callbacks, optimizers=optimizers, **data)
+        self.server = ServerLink(args, self.accelerator, client)
         self.ref_model = None
         if args.beta > 0 and not is_peft_model(self.model):  # with PEFT: the adapter-disabled model
             self.ref_model = self._make_ref_model()
         self.metrics = M.MetricsAccumulator()
         self.generator: BatchGenerator | None = None
-        self.syncer: WeightSyncer | None = None
         self._buffer: Buffer | None = None
         self._resume_dir: str | None = None
         self._started = False
-        self._base_model_name: str | None = None
         self._last_step_end = time.perf_counter()
         self._wait_s = 0.0
         self.micro_per_batch = args.steps_per_generation * args.num_iterations
@@ -230,10 +221,10 @@ class GRPOTrainer(Trainer):
         if restored is not None:
             return restored
         t0 = time.perf_counter()
-        while True:  # RESYNC: the server came back from an outage and needs our weights first
+        while True:  # Resync: the server came back from an outage and needs our weights first
             batch = self.generator.get(g, resync=True) if self.accelerator.is_main_process else None
             batch = self._broadcast(batch)
-            if batch != RESYNC:
+            if not isinstance(batch, Resync):
                 break
             self._sync_weights()
         self._wait_s += time.perf_counter() - t0
@@ -303,100 +294,42 @@ class GRPOTrainer(Trainer):
         buffer, self._resume_dir = ckpt.load_buffer(self._resume_dir, self.accelerator.process_index), None
         return buffer if buffer is not None and buffer.index == g else None
 
-    def _use_lora_sync(self, client: Any) -> bool | None:
-        """Adapter-only sync or merged full weights for a PEFT model (None: not a PEFT model).
-
-        ``lora_sync='auto'`` asks the server (main process) and every rank follows:
-        vLLM on CPU runs LoRA layers through gather-per-token fallback kernels: with
-        SmolLM2 an adapter made 32 rollouts x 40 tokens take 33 s instead of 16-21 s,
-        while a merged sync costs under a second, so CPU servers get merged weights.
-        """
-        if not is_peft_model(self.accelerator.unwrap_model(self.model_wrapped)):
-            return None
-        if self.args.lora_sync != "auto":
-            return self.args.lora_sync == "adapter"
-        device = client.health().get("device") if client is not None else None
-        device = self._broadcast(device)
-        if device == "cpu":
-            logger.info("the vLLM server runs on CPU: syncing merged weights (lora_sync='auto')")
-        return device != "cpu"
-
     def _broadcast(self, obj: Any) -> Any:
-        if self.accelerator.num_processes == 1:
-            return obj
-        from accelerate.utils import broadcast_object_list
+        return broadcast(self.accelerator, obj)
 
-        return broadcast_object_list([obj], from_process=0)[0]
+    # ---- server: generation, sync, eval (server_link.py) ---------------------------------------
+    @property
+    def client(self) -> Any:
+        return self.server.client
 
-    # ---- server: generation, sync, eval ---------------------------------------------------------
-    def _make_client(self) -> Any:
-        """The server's client (main process only): connect and wait until it is ready."""
-        if not self.accelerator.is_main_process:
-            return None
-        if self.client is None:
-            from verifiers.inference.client import VLLMClient
-
-            a = self.args
-            self.client = VLLMClient(
-                host=a.vllm_server_host, port=a.vllm_server_port, update_timeout=a.sync_weights_timeout
-            )
-            self.client.wait_until_ready(a.vllm_server_timeout)
-        if self._base_model_name is None:
-            self._base_model_name = self.client.health()["model"]
-        return self.client
+    @property
+    def syncer(self) -> WeightSyncer | None:
+        return self.server.syncer
 
     def _make_syncer(self) -> WeightSyncer:
-        if self.syncer is None:
-            model = self.accelerator.unwrap_model(self.model_wrapped)
-            zero3 = self._zero3()
-            client = self._make_client()
-            self.syncer = WeightSyncer(
-                client,
-                model,
-                is_main_process=self.accelerator.is_main_process,
-                gather=zero3_gather if zero3 else no_gather,
-                broadcast=self._broadcast,
-                use_lora=self._use_lora_sync(client),
-                # ds3_gather_for_generation=False: the least GPU memory per gather, one tensor at a time.
-                **({} if self.args.ds3_gather_for_generation else {"max_tensors_per_gather": 1}),
-            )
-        return self.syncer
+        return self.server.make_syncer(
+            self.accelerator.unwrap_model(self.model_wrapped), gather=self._gather()
+        )
 
     def _zero3(self) -> bool:
         return self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3
 
+    def _gather(self) -> Any:
+        # Looked up here, in this module, when used (tests/training/dist_train.py records gathers).
+        return zero3_gather if self._zero3() else no_gather
+
     def _sync_weights(self) -> None:
-        syncer = self._make_syncer()
-        while True:
-            try:
-                result = syncer.sync()
-                break
-            except ServerError as e:  # the server went away: wait for it, then sync everything again
-                if not (is_server_lost(e) and callable(getattr(self.client, "wait_for_server", None))):
-                    raise
-                self._await_server(e)
+        """Push the weights (waiting out a lost server), then tell the generator the model to request."""
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        outage = {"errors/server_restarts": 1.0}
+        result = self.server.sync(model, gather=self._gather(), on_outage=lambda: self.metrics.add(outage))
         self.metrics.add({"time/sync_s": result.seconds})
         if self.generator is not None:
-            self.generator.producer.model = self._served_model_name()
+            self.generator.set_model(self._served_model_name())
             self.generator.resynced()
 
-    def _await_server(self, err: ServerError) -> None:
-        timeout = self.args.vllm_server_timeout
-        warn_once(
-            logger,
-            "server-lost",
-            "the vLLM server stopped answering (%s); waiting up to %.0f s for it to come back, then "
-            "re-syncing the weights and going on (logged once; counted in errors/server_restarts)",
-            err,
-            timeout,
-        )
-        self.client.wait_for_server(timeout)
-        self.metrics.add({"errors/server_restarts": 1.0})
-
     def _served_model_name(self) -> str:
-        if self.syncer is not None and self.syncer.mode == "lora":
-            return self.syncer.lora_name
-        return self._base_model_name
+        return self.server.served_model_name
 
     def _ensure_started(self) -> None:
         """Once per ``train``: connect, push the current weights (the server may hold another run's;
@@ -404,20 +337,13 @@ class GRPOTrainer(Trainer):
         if self._started:
             return
         self._started = True
-        self._make_client()
+        self.server.connect()
         self._sync_weights()
         if self.accelerator.is_main_process:
             self._start_generator()
 
     def _start_generator(self) -> None:
         state = ckpt.load_generator_state(self._resume_dir) if self._resume_dir else None
-        if self._resume_dir and state is None:
-            warn_once(
-                logger,
-                "resume-no-gen",
-                "checkpoint has no %s: prompt position estimated",
-                ckpt.GENERATOR_FILE,
-            )
         trained = self.state.global_step * self.args.gradient_accumulation_steps // self.micro_per_batch
         self.generator = build_generator(
             self.env, self.client, self._served_model_name(),
@@ -510,7 +436,7 @@ class GRPOTrainer(Trainer):
                 self.accelerator.unwrap_model(self.ref_model),
                 self.accelerator.unwrap_model(self.model),
                 a.ref_model_mixup_alpha,
-                gather=zero3_gather if self._zero3() else no_gather,
+                gather=self._gather(),
             )
 
     # ---- lifecycle, logging, checkpoints --------------------------------------------------------
@@ -519,13 +445,6 @@ class GRPOTrainer(Trainer):
         resume_from_checkpoint = ckpt.resolve_resume(
             self.args.output_dir, resume_from_checkpoint, is_main_process=self.args.should_save
         )
-        if resume_from_checkpoint and not ckpt.has_optimizer_state(resume_from_checkpoint):
-            warn_once(
-                logger,
-                "resume-no-optim",
-                "%s has no optimizer state (save_only_model=True): the optimizer restarts",
-                resume_from_checkpoint,
-            )
         self._resume_dir = resume_from_checkpoint or None
         self._buffer = None
         try:
@@ -545,25 +464,9 @@ class GRPOTrainer(Trainer):
         if not any(k.startswith("eval_") for k in logs):
             step_metrics = self.metrics.pop()
             if self.accelerator.num_processes > 1:
-                step_metrics = self._mean_across_processes(step_metrics)
+                step_metrics = combine_metrics(self.accelerator, step_metrics, self.args.device)
             logs = {**logs, **step_metrics}
         super().log(logs, start_time)
-
-    def _mean_across_processes(self, values: dict[str, float]) -> dict[str, float]:
-        """Every process's step metrics combined (names from the main process; NaN where one lacks it)."""
-        names = self._broadcast(sorted(values))
-        if not names:
-            return {}
-        t = torch.tensor(
-            [values.get(n, float("nan")) for n in names], device=self.args.device, dtype=torch.float64
-        )
-        every = self.accelerator.gather(t[None]).view(-1, len(names)).cpu()
-        valid = ~torch.isnan(every)
-        mean = torch.nansum(every, 0) / valid.sum(0).clamp(min=1)
-        lo = torch.where(valid, every, torch.inf).min(0).values
-        hi = torch.where(valid, every, -torch.inf).max(0).values
-        pick = {"min": lo, "max": hi}
-        return {n: float(pick.get(n.rsplit("/", 1)[-1], mean)[i]) for i, n in enumerate(names)}
 
     def _save_checkpoint(self, model, trial) -> None:
         folder = os.path.join(self._get_output_dir(trial), f"checkpoint-{self.state.global_step}")

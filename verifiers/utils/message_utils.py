@@ -18,6 +18,7 @@ passes through unchanged.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from verifiers.parsers.parser import message_field
@@ -74,9 +75,11 @@ def message_to_printable(message: ChatMessage | Any) -> ChatMessage:
 
 def messages_to_printable(messages: Messages) -> Messages:
     """:func:`message_to_printable` of every message (a string is returned unchanged)."""
-    if isinstance(messages, str):
-        return messages
-    return [message_to_printable(m) for m in messages]
+    return _each_message(message_to_printable, messages)
+
+
+def _each_message(convert: Callable[[Any], ChatMessage], messages: Messages) -> Messages:
+    return messages if isinstance(messages, str) else [convert(m) for m in messages]
 
 
 def _clean_part(part: Any) -> Any:
@@ -115,9 +118,7 @@ def cleanup_message(message: ChatMessage | Any) -> ChatMessage:
 
 def cleanup_messages(messages: Messages) -> Messages:
     """:func:`cleanup_message` of every message (a string is returned unchanged)."""
-    if isinstance(messages, str):
-        return messages
-    return [cleanup_message(m) for m in messages]
+    return _each_message(cleanup_message, messages)
 
 
 def sanitize_tool_calls(messages: Messages) -> Messages:

@@ -6,7 +6,8 @@ operations are values). Layers, outermost first; each one that is not
 available on this machine is skipped and ``SandboxResult.layers`` lists those
 that were active:
 
-- **process** (always): ``python -I -B`` in its own session and process group,
+- **process** (always): ``python -I -B sandbox_child.py`` (:mod:`verifiers.utils.sandbox_child`:
+  limits, landlock, seccomp, audit hook, then the code) in its own session and process group,
   with only a minimal environment (``PATH``, ``HOME``/``TMPDIR`` = the work
   dir, thread caps; nothing from the parent), stdin ``/dev/null``, cwd a fresh
   temporary directory that is removed afterwards. Resource limits set in the
@@ -53,7 +54,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import inspect
+import json
 import math
 import os
 import shutil
@@ -61,7 +62,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -234,402 +234,11 @@ def run_python(
 
 # -- the child -------------------------------------------------------------------
 
-
-def _child_main(cfg: dict) -> None:  # pragma: no cover - runs only inside the sandboxed process
-    """The sandboxed process: limits, OS layers, audit hook, then the code. Self-contained (see ``_child_source``)."""
-    import _posixsubprocess
-    import _signal
-    import builtins
-    import ctypes
-    import os
-    import posix
-    import resource
-    import signal
-    import site
-    import stat
-    import struct
-    import sys
-    import sysconfig
-    import threading
-    import traceback
-    import types
-
-    chan, tmp = cfg["chan"], os.path.realpath(cfg["tmp"])
-    layers = set(cfg["layers"])
-    write = posix.write
-
-    def note(kind: str, text: str) -> None:
-        # One line per note on the side channel: L(ayer), V(iolation), E(vent), W(arning).
-        try:
-            write(chan, (kind + " " + text.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace"))
-        except OSError:
-            pass
-
-    for name, soft, hard in cfg["rlimits"]:
-        which = getattr(resource, name)
-        try:
-            current = resource.getrlimit(which)[1]
-            if current != resource.RLIM_INFINITY:  # an unprivileged process cannot raise a hard limit
-                soft, hard = min(soft, current), min(hard, current)
-            resource.setrlimit(which, (soft, hard))
-        except (ValueError, OSError) as err:
-            note("W", f"{name}: {err}")
-
-    def on_cpu_limit(signum, frame):
-        note("E", "cpu")
-        os._exit(152)
-
-    signal.signal(signal.SIGXCPU, on_cpu_limit)
-    # The parent's stdin pipe becomes the watchdog's; the code reads /dev/null.
-    watch = os.dup(0)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    ulong = ctypes.c_ulong
-
-    def fail(what: str) -> OSError:
-        errno = ctypes.get_errno()
-        return OSError(errno, f"{what}: {os.strerror(errno)}")
-
-    def read_roots() -> set[str]:
-        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, tmp}
-        roots.update(site.getsitepackages() + list(sysconfig.get_paths().values()))
-        roots.update(
-            "/usr/lib /usr/lib64 /usr/lib32 /usr/share /lib /lib64 /lib32 /etc/ld.so.cache /etc/localtime "
-            "/dev/null /dev/zero /dev/urandom /dev/random /proc/self /proc/cpuinfo /proc/meminfo "
-            "/sys/devices/system/cpu".split()
-        )
-        return {os.path.realpath(r) for r in roots if r}
-
-    def landlock() -> None:
-        abi = libc.syscall(ulong(444), None, ulong(0), ulong(1))  # landlock_create_ruleset(VERSION)
-        if abi < 1:
-            raise fail("landlock unavailable")
-        fs = sum(1 << bit for bit in range(1, 13))  # every file-system right but EXECUTE
-        fs |= (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)  # REFER, TRUNCATE
-        file_rights, read = (1 << 1) | (1 << 2) | (1 << 14), (1 << 2) | (1 << 3)
-        attr = ctypes.create_string_buffer(struct.pack("QQQ", fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0))
-        rules = libc.syscall(ulong(444), attr, ulong(8 if abi < 4 else 16 if abi < 6 else 24), ulong(0))
-        if rules < 0:
-            raise fail("landlock_create_ruleset")
-
-        def allow(path: str, rights: int) -> None:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                return
-            try:
-                if not stat.S_ISDIR(os.fstat(fd).st_mode):
-                    rights &= file_rights
-                rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & fs, fd))
-                if libc.syscall(ulong(445), ulong(rules), ulong(1), rule, ulong(0)) != 0:
-                    raise fail(f"landlock_add_rule {path}")
-            finally:
-                os.close(fd)
-
-        roots = read_roots()
-        allow(tmp, fs)
-        allow(os.devnull, file_rights)
-        for root in roots:
-            allow(root, read)
-        if libc.prctl(38, ulong(1), ulong(0), ulong(0), ulong(0)) != 0:  # PR_SET_NO_NEW_PRIVS
-            raise fail("no_new_privs")
-        if libc.syscall(ulong(446), ulong(rules), ulong(0)) != 0:
-            raise fail("landlock_restrict_self")
-        os.close(rules)
-        # Unreadable entries (an editable install's source tree) would only make imports noisy.
-        sys.path[:] = [
-            p for p in sys.path if any((os.path.realpath(p) + "/").startswith(r + "/") for r in roots)
-        ]
-
-    def seccomp() -> None:
-        machine = os.uname().machine
-        if machine == "x86_64":
-            arch, clone, clone3, kill, tgkill = 0xC000003E, 56, 435, 62, 234
-            deny = "57 58 59 322 41 101 310 311 425 426 427 272 308 165 166 155 161 321 438 424 200 129 297 246 320 175 313 176 169 167 168 250 248 249 323 298"
-        elif machine == "aarch64":
-            arch, clone, clone3, kill, tgkill = 0xC00000B7, 220, 435, 129, 131
-            deny = "221 281 198 117 270 271 425 426 427 97 268 40 39 41 51 280 438 424 130 138 240 104 294 105 273 106 142 224 225 219 217 218 282 241"
-        else:
-            raise OSError(f"no seccomp syscall table for {machine}")
-        ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-        allow, eperm, enosys = 0x7FFF0000, 0x00050001, 0x00050026
-        me = os.getpid()
-        # (code, jump if true, jump if false, k): arch check, then the syscall number.
-        prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm), (ld, 0, 0, 0)]
-        if machine == "x86_64":
-            prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # the x32 ABI
-        for nr in map(int, deny.split()):
-            prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
-        prog += [(jeq, 0, 1, clone3), (ret, 0, 0, enosys)]  # libc then falls back to clone
-        # clone only for threads; kill/tgkill only aimed at this process (args[0] at offset 16).
-        for nr, test in ((clone, (jset, 0, 1, 0x10000)), (kill, (jeq, 0, 1, me)), (tgkill, (jeq, 0, 1, me))):
-            prog += [(jeq, 0, 4, nr), (ld, 0, 0, 16), test, (ret, 0, 0, allow), (ret, 0, 0, eperm)]
-        prog.append((ret, 0, 0, allow))
-        code = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *op) for op in prog))
-        fprog = ctypes.create_string_buffer(struct.pack("@HP", len(prog), ctypes.addressof(code)))
-        if libc.prctl(38, ulong(1), ulong(0), ulong(0), ulong(0)) != 0:
-            raise fail("no_new_privs")
-        if libc.prctl(22, ulong(2), fprog, ulong(0), ulong(0)) != 0:  # PR_SET_SECCOMP, FILTER
-            raise fail("seccomp")
-
-    for name, install in (("landlock", landlock), ("seccomp", seccomp)):
-        if name in layers and sys.platform.startswith("linux"):  # raw syscall numbers: Linux only
-            try:
-                install()
-                note("L", name)
-            except Exception as err:
-                note("W", f"{name}: {err}")
-
-    def watchdog() -> None:
-        try:
-            os.read(watch, 1)
-        except OSError:
-            pass
-        os._exit(137)  # the parent closed our stdin or died
-
-    try:
-        threading.Thread(target=watchdog, name="vf-sandbox-watchdog", daemon=True).start()
-    except RuntimeError as err:  # RLIMIT_NPROC already reached by this uid
-        note("W", f"watchdog: {err}")
-
-    with open("main.py", encoding="utf-8", errors="replace") as f:
-        source = f.read()
-    main = types.ModuleType("__main__")
-    main.__file__ = "main.py"
-    main.__builtins__ = builtins
-    sys.modules["__main__"] = main
-    sys.argv = ["main.py"]
-    try:
-        own_proc = os.readlink("/proc/self")
-    except OSError:
-        own_proc = ""
-
-    def make_hook():
-        # Everything the hook calls is bound here: code can monkeypatch modules,
-        # not these references. It never calls code's objects except __fspath__.
-        lstat, readlink, getcwd, stat_, fspath = (
-            posix.lstat,
-            posix.readlink,
-            posix.getcwd,
-            posix.stat,
-            posix.fspath,
-        )
-        str_, bytes_, int_, type_, len_ = str, bytes, int, type, len
-        perm, imp = PermissionError, ImportError
-        writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        kind, link, directory = 0o170000, 0o120000, 0o040000
-        tmp_slash = tmp + "/"
-        procs, sigs, net = (
-            "process creation is blocked",
-            "signals to other processes are blocked",
-            "network access is blocked",
-        )
-        blocked = dict.fromkeys(
-            "os.fork os.forkpty os.posix_spawn os.spawn os.exec os.system subprocess.Popen os.startfile "
-            "pty.spawn cpython.PyInterpreterState_New".split(),
-            procs,
-        )
-        blocked.update(
-            dict.fromkeys("os.kill os.killpg signal.pthread_kill signal.pidfd_send_signal".split(), sigs)
-        )
-        blocked.update(
-            dict.fromkeys(
-                "urllib.Request http.client.connect ftplib.connect smtplib.connect poplib.connect imaplib.open "
-                "nntplib.connect telnetlib.Telnet.open webbrowser.open".split(),
-                net,
-            )
-        )
-        blocked.update(dict.fromkeys(["os.link", "os.symlink"], "creating links is blocked"))
-        blocked.update(
-            dict.fromkeys(["resource.setrlimit", "resource.prlimit"], "changing resource limits is blocked")
-        )
-        blocked.update(
-            dict.fromkeys(
-                ["gc.get_objects", "gc.get_referrers", "gc.get_referents"],
-                "walking the interpreter's objects is blocked",
-            )
-        )
-        path_events = dict.fromkeys(
-            "os.mkdir os.rmdir os.remove os.chmod os.chown os.utime os.truncate os.chdir os.setxattr "
-            "os.removexattr os.chflags os.lchflags".split(),
-            (0,),
-        )
-        path_events["os.rename"] = (0, 1)
-        # Sub-interpreters get no audit hook; C-API test modules poke memory; the
-        # last three are loaded already, so an import means a fresh, unpatched copy.
-        forbidden = frozenset(
-            "_xxsubinterpreters _xxinterpchannels _interpreters _interpchannels _interpqueues "
-            "concurrent.interpreters _testcapi _testinternalcapi _testmultiphase _testsinglephase "
-            "_testimportmultiple _testbuffer _ctypes_test cffi _cffi_backend _posixsubprocess _signal _ctypes".split()
-        )
-        reported = [0]
-
-        def deny(message, exc=perm):
-            if reported[0] < 20:
-                reported[0] += 1
-                note("V", message)
-            raise exc("sandbox: " + message)
-
-        def resolve(path):
-            """Absolute path with every symlink resolved (None if impossible)."""
-            if type_(path) is not str_ and type_(path) is not bytes_:
-                try:
-                    path = fspath(path)
-                except Exception:
-                    return None
-            if type_(path) is bytes_:
-                path = path.decode("utf-8", "surrogateescape")
-            if type_(path) is not str_:
-                return None
-            if not path.startswith("/"):
-                path = getcwd() + "/" + path
-            pending = path.split("/")
-            pending.reverse()
-            out, hops = "", 0
-            while pending:
-                part = pending.pop()
-                if part == "" or part == ".":
-                    continue
-                if part == "..":
-                    out = out[: out.rfind("/")] if out else ""
-                    continue
-                candidate = out + "/" + part
-                try:
-                    mode = lstat(candidate).st_mode
-                except (OSError, ValueError):
-                    out = candidate
-                    continue
-                if mode & kind != link:
-                    out = candidate
-                    continue
-                hops += 1
-                try:
-                    target = readlink(candidate)
-                except (OSError, ValueError):
-                    return None
-                if hops > 40:
-                    return None
-                if target.startswith("/"):
-                    out = ""
-                more = target.split("/")
-                more.reverse()
-                pending.extend(more)
-            return out or "/"
-
-        def inside(real):
-            return real is not None and (real == tmp or real.startswith(tmp_slash))
-
-        def hook(event, args):
-            message = blocked.get(event)
-            if message is not None:
-                deny(message + " (" + event + ")")
-            if event == "open":
-                path = args[0]
-                mode = args[1] if len_(args) > 1 else None
-                flags = args[2] if len_(args) > 2 else 0
-                if type_(path) is int_:
-                    return
-                real = resolve(path)
-                if real is None:
-                    deny("a path the sandbox cannot resolve was blocked")
-                if type_(flags) is int_ and flags & writing:
-                    if not inside(real) and real != "/dev/null":
-                        deny("writing outside the sandbox directory is blocked: " + real)
-                elif mode is None and not inside(real):
-                    # os.open: a directory fd outside could anchor dir_fd-relative writes.
-                    try:
-                        is_dir = stat_(real).st_mode & kind == directory
-                    except (OSError, ValueError):
-                        is_dir = False
-                    if is_dir:
-                        deny("os.open of a directory outside the sandbox is blocked: " + real)
-                if real.startswith("/proc/"):
-                    first = real[6:].split("/", 1)[0]
-                    if first.isdigit() and first != own_proc:
-                        deny("reading other processes' /proc entries is blocked: " + real)
-                return
-            if event == "import":
-                name = args[0]
-                if type_(name) is str_ and (name in forbidden or name.split(".")[0] in forbidden):
-                    deny("importing " + name + " is blocked", imp)
-                return
-            where = path_events.get(event)
-            if where is not None:
-                for i in where:
-                    path = args[i] if i < len_(args) else None
-                    if type_(path) is int_ and event != "os.chdir":
-                        continue  # an fd the code opened, so already checked
-                    real = resolve(path)
-                    if not inside(real):
-                        deny(event + " outside the sandbox directory is blocked: " + str_(real))
-                return
-            if event.startswith("socket."):
-                deny(net + " (" + event + ")")
-            if event.startswith("ctypes."):
-                deny("ctypes memory and library access is blocked (" + event + ")")
-
-        return hook
-
-    if "audit" in layers:
-
-        def no_processes(*args, **kwargs):
-            note("V", "process creation is blocked (_posixsubprocess.fork_exec)")
-            raise PermissionError("sandbox: process creation is blocked")
-
-        def no_signals(*args, **kwargs):
-            note("V", "signals to other processes are blocked (pidfd_send_signal)")
-            raise PermissionError("sandbox: signals to other processes are blocked")
-
-        # Entry points that raise no audit event of their own.
-        _posixsubprocess.fork_exec = no_processes
-        for module in (_signal, signal):
-            if hasattr(module, "pidfd_send_signal"):
-                module.pidfd_send_signal = no_signals
-        sys.addaudithook(make_hook())
-        note("L", "audit")
-
-    status = 0
-    try:
-        exec(compile(source, "main.py", "exec"), main.__dict__)
-    except SystemExit as exit_:
-        if exit_.code is None or isinstance(exit_.code, int):
-            status = exit_.code or 0
-        else:
-            print(exit_.code, file=sys.stderr)
-            status = 1
-    except MemoryError:
-        note("E", "memory")
-        print("MemoryError: the sandbox memory limit was reached", file=sys.stderr)
-        status = 1
-    except BaseException as err:  # the code's own failure: print it as Python would, minus our frames
-        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename != "<string>"]
-        lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
-        sys.stderr.write("".join(lines + traceback.format_exception_only(type(err), err)))
-        status = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    os._exit(status & 0xFF)
-
-
-def _child_source() -> str:
-    # The child runs _child_main's own source under `python -I -c`, so it needs
-    # nothing importable but the standard library (any interpreter works).
-    return textwrap.dedent(inspect.getsource(_child_main))
-
-
-_CHILD_SOURCE: str | None = None
+CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
+"""The child process's program (standard library only, so any interpreter runs it)."""
 
 
 def _child_command(settings: _Settings, tmp: str, chan: int) -> list[str]:
-    global _CHILD_SOURCE
-    if _CHILD_SOURCE is None:
-        _CHILD_SOURCE = _child_source()
     config = {
         "tmp": tmp,
         "chan": chan,
@@ -643,8 +252,8 @@ def _child_command(settings: _Settings, tmp: str, chan: int) -> list[str]:
             ["RLIMIT_CORE", 0, 0],
         ],
     }
-    source = f"{_CHILD_SOURCE}\n_child_main({config!r})\n"
-    return [settings.python, "-I", "-B", "-u", "-X", "utf8", "-c", source]
+    # -I keeps the script's folder (and the user's site-packages) off sys.path.
+    return [settings.python, "-I", "-B", "-u", "-X", "utf8", CHILD_SCRIPT, json.dumps(config)]
 
 
 def _child_env(settings: _Settings, tmp: str) -> dict[str, str]:
