@@ -31,6 +31,7 @@ pytest.importorskip("transformers")
 
 import verifiers as vf  # noqa: E402
 from tests.vllm_server import serve  # noqa: E402
+from verifiers.training import producer as producer_module  # noqa: E402
 from verifiers.training import trainer as trainer_module  # noqa: E402
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -68,6 +69,8 @@ def test_step0_is_on_policy_and_trains_each_assistant_token_once(
         return build(batch, train, *args, **kwargs)
 
     monkeypatch.setattr(trainer_module, "build_buffer", recording_build_buffer)
+    # Keep each rollout's turn tokens (the producer drops them from the states once processed).
+    monkeypatch.setattr(producer_module, "lean_outputs", lambda outputs: outputs)
     env = vf.load_environment(env_id, seed=0)
     model, tokenizer = vf.get_model_and_tokenizer(str(smollm2_model_dir))
     args = vf.GRPOConfig(
@@ -99,9 +102,9 @@ def test_step0_is_on_policy_and_trains_each_assistant_token_once(
     states, index = batch.outputs.state, batch.processed.rollout_index
     assert len(states) == 16 and all(s.get("error") is None for s in states)
     for r, state in enumerate(states):
-        turns = state["turn_tokens"]
-        sampled = [t for turn in turns for t in turn.completion_ids]
-        sampled_lps = [lp for turn in turns for lp in turn.completion_logprobs]
+        calls = state["turn_tokens"]  # one per model call
+        sampled = [t for call in calls for t in call.completion_ids]
+        sampled_lps = [lp for call in calls for lp in call.completion_logprobs]
         ids, lps = trained_tokens(train, [b for b, i in enumerate(index) if i == r])
         assert ids == sampled, f"rollout {r}: trained tokens are not its sampled tokens, once each"
         assert lps == pytest.approx(sampled_lps, abs=1e-6)
