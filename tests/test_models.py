@@ -155,6 +155,31 @@ def test_cli_prints_the_path_last(tmp_path, capsys, tiny_model_dir):
     assert (out / "config.json").is_file()
 
 
+def test_cli_says_it_is_still_building_during_a_long_build(tmp_path, monkeypatch):
+    from verifiers.cli import progress
+    from verifiers.cli.models import main
+
+    def slow_build(out, seed, tied):
+        time.sleep(0.35)
+        return Path(out)
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(models, "build_tiny_model", slow_build)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("verifiers.cli.models")
+    log.addHandler(handler)
+    try:
+        assert main(["tiny", "--out", str(tmp_path / "t")]) == 0
+    finally:
+        log.removeHandler(handler)
+    said = [r.getMessage() for r in records]
+    assert said[0] == "building tiny model (seed=0, tied=True)"
+    assert said[1] == "still building (0 s)" and len(said) >= 4
+    assert said[-1].startswith("ready in 0.")
+
+
 def test_cli_bad_input_exits_2_without_traceback(tmp_path, capsys):
     from verifiers.cli.models import main
 

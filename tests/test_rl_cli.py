@@ -79,6 +79,18 @@ def test_dry_run_prints_the_commands(config_file, capsys):
     assert out[3] == (
         f"trainer: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.train @ {config_file} --trainer.args.max_steps 5"
     )
+    assert out[4] == "supervise: restart the server up to 3 time(s) if it dies during training"
+
+
+def test_dry_run_shows_the_restart_setting(config_file, capsys):
+    assert rl_cli.main(["@", str(config_file), "--dry-run", "--inference.max_restarts", "0"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "supervise: stop the run if the server dies during training (inference.max_restarts = 0)"
+    rc = rl_cli.main(["@", str(config_file), "--dry-run", "--inference.max_restarts", "-2"])
+    assert one_error(capsys, rc) == (
+        "error: inference.max_restarts = -2 must be >= 0 "
+        "(0 ends the run when the server dies; 3 restarts it up to 3 times)"
+    )
 
 
 def test_dry_run_lora_rank_and_opt_outs(config_file, capsys):
@@ -373,3 +385,16 @@ def test_setup_bad_input(capsys):
     line = one_error(capsys, setup_cli.main(["--prime-rl", "nope"]))
     assert line.startswith("error: no bundled example for environment 'nope' (use one of: alphabet-sort")
     assert "unrecognized arguments" in one_error(capsys, setup_cli.main(["--bogus"]))
+
+
+def test_multi_process_trainer_gets_time_to_checkpoint_after_a_signal(config_file, monkeypatch):
+    # torchrun SIGKILLs its workers 30 s after passing a signal on unless told otherwise.
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    argv = ["@", str(config_file), "--inference.gpus", "2", "--trainer.gpus", "2"]
+    cli = rl_cli.parse_command_line(argv, "vf-rl", rl_cli.FLAGS, rl_cli.DESCRIPTION)
+    plan = rl_cli.build_plan(rl_cli.load_config(cli.configs, cli.overrides), cli, gpu_ids=None)
+    assert plan.trainer.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(rl_cli.ELASTIC_SHUTDOWN_TIMEOUT_S)
+    argv = ["@", str(config_file)]
+    cli = rl_cli.parse_command_line(argv, "vf-rl", rl_cli.FLAGS, rl_cli.DESCRIPTION)
+    plan = rl_cli.build_plan(rl_cli.load_config(cli.configs, cli.overrides), cli, gpu_ids=None)
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in plan.trainer.env

@@ -47,22 +47,25 @@ FAKE_SERVER = textwrap.dedent(
         def log_message(self, *args):
             pass
 
+    http.server.HTTPServer.allow_reuse_address = True  # a restart binds the port again at once
     server = http.server.HTTPServer(("127.0.0.1", port), Handler)
     server.timeout = 0.2
     print("fake server ready", flush=True)
     end = time.monotonic() + lifetime
     while time.monotonic() < end:
         server.handle_request()
-    print("fake server exits", flush=True)
+    print("RuntimeError: fake server exits", flush=True)  # the error line vf-rl quotes
     sys.exit(7)
     """
 )
 
 
-def make_plan(tmp_path, server_cmd, trainer_cmd, timeout=30.0, port=None) -> rl_cli.Plan:
+def make_plan(tmp_path, server_cmd, trainer_cmd, timeout=30.0, port=None, max_restarts=None) -> rl_cli.Plan:
     port = port or free_port()
     raw = tc.tomllib.loads(CONFIG)
     raw["inference"]["port"] = port
+    if max_restarts is not None:
+        raw["inference"]["max_restarts"] = max_restarts
     config = tc.parse_config(raw, source=tmp_path / "cfg.toml")
     logs = tmp_path / "logs"
     return rl_cli.Plan(
@@ -144,7 +147,8 @@ def test_server_readiness_has_one_total_timeout(tmp_path):
 def test_server_dying_during_training_stops_the_trainer(tmp_path):
     port = free_port()
     server = fake_server(tmp_path, port, lifetime=2.0)
-    plan = make_plan(tmp_path, server, fake_trainer("import time; time.sleep(60)"), port=port)
+    # restarts off (inference.max_restarts = 0): restarts are tested in test_rl_supervision.py
+    plan = make_plan(tmp_path, server, fake_trainer("import time; time.sleep(60)"), port=port, max_restarts=0)
     with pytest.raises(ServerError, match="exited with status 7 during training"):
         rl_cli.Launcher(plan).run()
     assert gone(plan.trainer.proc)
@@ -182,19 +186,18 @@ print("RESULT", rc, T.gone(plan.server.proc), T.gone(plan.trainer.proc), flush=T
 """
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_tmux_mode_shows_panes_and_stops_everything(tmp_path):
-    """On a terminal (a pty here), the logs go to tmux panes; the result is the same as interleaved."""
+def on_a_terminal(argv: list[str], poke=None, timeout: float = 90) -> str:
+    """Run ``argv`` (from the repository root) on a pty until it ends, draining the terminal (or
+    tmux blocks on it); ``poke(fd)`` is called between reads (to type keys). Returns the output."""
     import pty
     import select
 
-    code = "import sys, time\nfor i in range(3):\n    print(f'Step {i + 1}/3', flush=True); time.sleep(0.5)\nsys.exit(5)\n"
     pid, fd = pty.fork()
     if pid == 0:  # the child: vf-rl's Launcher on a terminal
         os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "-c", TMUX_CHILD, str(tmp_path), code])
-    output, deadline = b"", time.monotonic() + 90
-    while time.monotonic() < deadline:  # drain the terminal, or tmux blocks on it
+        os.execv(argv[0], argv)
+    output, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if select.select([fd], [], [], 0.2)[0]:
             try:
                 chunk = os.read(fd, 65536)
@@ -203,9 +206,18 @@ def test_tmux_mode_shows_panes_and_stops_everything(tmp_path):
             if not chunk:
                 break
             output += chunk
+        if poke is not None:
+            poke(fd)
         if os.waitpid(pid, os.WNOHANG)[0]:
             break
-    text = output.decode(errors="replace")
+    return output.decode(errors="replace")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_tmux_mode_shows_panes_and_stops_everything(tmp_path):
+    """On a terminal (a pty here), the logs go to tmux panes; the result is the same as interleaved."""
+    code = "import sys, time\nfor i in range(3):\n    print(f'Step {i + 1}/3', flush=True); time.sleep(0.5)\nsys.exit(5)\n"
+    text = on_a_terminal([sys.executable, "-c", TMUX_CHILD, str(tmp_path), code])
     assert "RESULT 5 True True" in text, text[-2000:]
     assert "error: training failed with exit status 5" in text
     assert "[trainer] Step 3/3" in text  # the failed side's last lines, once tmux is gone

@@ -83,4 +83,7 @@ def test_help_lists_every_key_with_its_default(capsys):
     assert "  trainer.args.learning_rate [1e-05]" in out  # RLConfig's LoRA preset
     assert "  trainer.args.epsilon [0.2]" in out  # a GRPOConfig field passed through
     assert '  inference.host ["127.0.0.1"]' in out and "  model [(required)]" in out
+    assert (
+        "  inference.max_restarts [3]\n      Times vf-rl restarts a server that dies during training" in out
+    )
     assert "VF_RL__TRAINER__ARGS__LEARNING_RATE=1e-4" in out and "--no-" in out

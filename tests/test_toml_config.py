@@ -248,6 +248,17 @@ def test_negative_gpus_is_refused():
     )
 
 
+def test_inference_max_restarts_defaults_to_3_and_refuses_negatives_and_non_integers():
+    assert parse().inference.max_restarts == 3
+    assert parse(overrides=[("inference.max_restarts", "0")]).inference.max_restarts == 0
+    message = error(overrides=[("inference.max_restarts", "-1")])
+    assert message.startswith("inference.max_restarts = -1 must be >= 0 (0 ends the run")
+    assert error(overrides=[("inference.max_restarts", "1.5")]) == (
+        "key 'inference.max_restarts' must be an integer, got 1.5 (a number)"
+    )
+    assert "did you mean 'max_restarts'" in error(overrides=[("inference.max_restart", "2")])
+
+
 # -- the batch rule ---------------------------------------------------------------------------
 
 

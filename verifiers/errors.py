@@ -97,6 +97,34 @@ class GenerationError(VerifiersError):
     """Rollout generation failed in the background generator; the cause is chained."""
 
 
+class CheckpointError(VerifiersError):
+    """A checkpoint could not be written (disk full, read-only, no permission). The half-written
+    folder is removed (or left without its completeness mark); the last complete one is intact."""
+
+    def __init__(self, message: str, hint: str | None = None, *, errno: int | None = None):
+        super().__init__(message, hint)
+        self.errno = errno
+
+
+class RankFailedError(VerifiersError):
+    """Another process failed while this one waited for it; the message is that failure's line."""
+
+
+class StopRequested(Exception):
+    """A stop signal arrived while the trainer waited for a batch: ``GRPOTrainer.train`` catches it,
+    saves the last completed step and raises :class:`TrainingStopped` (never seen outside it)."""
+
+
+class TrainingStopped(SystemExit):
+    """``GRPOTrainer.train`` stopped early on SIGINT or SIGTERM, after saving a checkpoint of the
+    last completed step. A ``SystemExit`` with status 128 + the signal (SIGINT 130, SIGTERM 143),
+    so a script that does not catch it exits with the status shells and launchers expect."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None):
+        super().__init__(128 + int(signum))
+        self.signum, self.step, self.checkpoint = int(signum), step, checkpoint
+
+
 def nearest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:
     """The candidate closest to ``name`` (difflib ratio >= ``cutoff``), for "did you mean" hints; or None."""
     match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)

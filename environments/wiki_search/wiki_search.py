@@ -6,7 +6,7 @@ the pages, not from a model's memory), and 80 questions with short answers.
 The tools:
 
 - ``search_pages(query)``: BM25 search (``bm25s``) over page titles and text;
-  the best pages with their ids;
+  the best pages with their ids and a snippet (the section that best matches);
 - ``view_sections(page_id)``: a page's sections with their ids;
 - ``read_section(section_id)``: one section's text.
 
@@ -35,9 +35,9 @@ from verifiers.utils.tool_utils import tool_call_example
 CORPUS_FILE = Path(__file__).with_name("wiki_search_corpus.json")
 
 SYSTEM_PROMPT = (
-    "Answer the question using the wiki tools: search_pages to find pages, view_sections to list a "
-    "page's sections, read_section to read one. Give a short final answer (a name, a number or a few "
-    "words) inside <answer> and </answer> tags."
+    "Call search_pages with words from the question; if its snippets do not hold the answer, "
+    "view_sections and read_section read a page. Reply with a short answer (a name, a number or a "
+    "few words) inside <answer> and </answer> tags."
 )
 
 _SUFFIXES = ("ies", "es", "s", "ing", "ed")
@@ -84,7 +84,7 @@ def section_id(page_id: str, title: str) -> str:
 class WikiIndex:
     """The corpus, a BM25 index over whole pages, and the three tools as bound methods."""
 
-    def __init__(self, pages: list[dict[str, Any]], max_results: int = 5):
+    def __init__(self, pages: list[dict[str, Any]], max_results: int = 3):
         import bm25s
 
         self.pages = {page["id"]: page for page in pages}
@@ -115,6 +115,19 @@ class WikiIndex:
 
     # -- the tools ---------------------------------------------------------------
 
+    def snippet(self, query: str, page_id: str) -> str:
+        """The text of ``page_id``'s section sharing the most query terms (its title included; the
+        first such section on a tie): often the answer itself, so one search can be enough. Terms
+        of the page's title are left out: every section is about them."""
+        page = self.pages[page_id]
+        wanted = set(self._terms(query)) - set(self._terms(page["title"]))
+        sections = page["sections"]
+        shared = [len(wanted & set(self._terms(f"{s['title']} {s['text']}"))) for s in sections]
+        return sections[shared.index(max(shared))]["text"]
+
+    def _terms(self, text: str) -> list[str]:
+        return self._tokens([text], vocab=False)[0]
+
     def search_pages(self, query: str) -> list[dict[str, str]]:
         """Search the wiki for pages about a topic.
 
@@ -122,12 +135,16 @@ class WikiIndex:
             query: Words to search for, e.g. a name or a subject.
 
         Returns:
-            The best matching pages (at most 5), each with its page_id and title.
+            The best matching pages, each with its page_id, title and a snippet (the page's
+            section that best matches the query).
         """
         hits = self.search(query)
         if not hits:
             return [{"note": f"no page matches {query!r}; try other words"}]
-        return [{"page_id": pid, "title": self.pages[pid]["title"]} for pid, _ in hits]
+        return [
+            {"page_id": pid, "title": self.pages[pid]["title"], "snippet": self.snippet(query, pid)}
+            for pid, _ in hits
+        ]
 
     def view_sections(self, page_id: str) -> list[dict[str, str]]:
         """List the sections of a wiki page.
@@ -164,36 +181,27 @@ class WikiIndex:
         return [self.search_pages, self.view_sections, self.read_section]
 
 
-# Worked questions (asked by no question of the corpus): search, list the sections, read one, answer.
+# Worked questions (asked by no question of the corpus): one search, whose snippet holds the
+# answer, then the answer. SmolLM2-135M copies this pattern (34 parsed calls in 128 first
+# replies with four of them) where a three-call chain (search, sections, read) gave 1 in 128.
 EXAMPLES = [
+    ("Who is the present monarch of Veloria?", "monarch of Veloria", "Queen Ismene II"),
+    ("What is the capital of Veloria?", "capital of Veloria", "Port Ashmere"),
+    ("What is the national animal of Veloria?", "national animal of Veloria", "the Velorian ember fox"),
     (
-        "Who is the present monarch of Veloria?",
-        [
-            ("search_pages", {"query": "monarch of Veloria"}),
-            ("view_sections", {"page_id": "veloria"}),
-            ("read_section", {"section_id": "veloria:government"}),
-        ],
-        "<answer>Queen Ismene II</answer>",
-    ),
-    (
-        "Where is the original copy of the Crane Atlas kept?",
-        [
-            ("search_pages", {"query": "Crane Atlas original copy"}),
-            ("view_sections", {"page_id": "crane_atlas"}),
-            ("read_section", {"section_id": "crane_atlas:copies"}),
-        ],
-        "<answer>the library of Ashmere University</answer>",
+        "Which library keeps the original Crane Atlas?",
+        "Crane Atlas original",
+        "the library of Ashmere University",
     ),
 ]
 
 
 def few_shot(index: WikiIndex, num_examples: int) -> list[dict[str, Any]]:
-    """The first ``num_examples`` worked questions, each call run on ``index`` for real."""
-    tools = {tool.__name__: tool for tool in index.tools()}
+    """The first ``num_examples`` worked questions, each search run on ``index`` for real."""
     messages: list[dict[str, Any]] = []
-    for i, (question, steps, answer) in enumerate(EXAMPLES[:num_examples]):
-        rounds = [[(name, args, tools[name](**args))] for name, args in steps]
-        messages += tool_call_example(question, rounds, answer, f"example_{i}")
+    for i, (question, query, answer) in enumerate(EXAMPLES[:num_examples]):
+        call = ("search_pages", {"query": query}, index.search_pages(query))
+        messages += tool_call_example(question, [[call]], f"<answer>{answer}</answer>", f"example_{i}")
     return messages
 
 
@@ -201,8 +209,8 @@ def load_environment(
     num_train_examples: int = -1,
     num_eval_examples: int = -1,
     max_turns: int = 8,
-    max_results: int = 5,
-    num_examples: int = 1,
+    max_results: int = 3,
+    num_examples: int = 4,
     use_judge: bool = False,
     judge_model: str = "gpt-4.1-nano",
     judge_base_url: str | None = None,
@@ -217,7 +225,7 @@ def load_environment(
         num_eval_examples: evaluation questions to keep (-1: all 20).
         max_turns: most model turns per rollout.
         max_results: most pages search_pages returns.
-        num_examples: worked questions (search, sections, read, answer) shown first (0 to 2).
+        num_examples: worked questions (one search, then the answer) shown first (0 to 4).
         use_judge: also ask an LLM judge; its verdict becomes the reward (exact match is then tracked only).
         judge_model: the judge's model name.
         judge_base_url: the judge's OpenAI-compatible base URL (None: the OpenAI API).
@@ -226,7 +234,9 @@ def load_environment(
         seed: seed of the question split.
     """
     if not 0 <= num_examples <= len(EXAMPLES):
-        raise ConfigError(f"num_examples must be 0 to {len(EXAMPLES)}, got {num_examples}", hint="e.g. num_examples=2")
+        raise ConfigError(
+            f"num_examples must be 0 to {len(EXAMPLES)}, got {num_examples}", hint="e.g. num_examples=2"
+        )
     from datasets import Dataset
 
     corpus = load_corpus()

@@ -1,6 +1,7 @@
 """A small GRPO run against a running vf-vllm server, for ``test_resume_kill.py``.
 
     python -m tests.training.resume_run --port P --model DIR --out OUT --metrics M.jsonl --steps N [--resume]
+        [--pause-before-step K --pause-s S]
 
 Trains the tiny model on ``Count to <i>.`` prompts, one batch ahead (async),
 saving a full checkpoint (model, optimizer, scheduler, RNG, generator state)
@@ -9,6 +10,9 @@ flushes it to disk before training goes on, so a run killed at any moment leaves
 every line it logged: ``{"step", "loss", "reward", "grad_norm", "rollouts"}`` where
 ``rollouts`` are ``GRPOTrainer.trained_rollouts`` (which rollouts the step
 trained). ``--resume`` resumes from the last complete checkpoint in ``--out``.
+``--pause-before-step K`` sleeps ``--pause-s`` seconds before step ``K`` trains (a long
+step, for the signal tests). A SIGINT / SIGTERM ends it with status 130 / 143
+(``TrainingStopped``, after the checkpoint).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 
 from transformers import TrainerCallback
 
@@ -24,6 +29,17 @@ def char_length_reward(completion, **_) -> float:
     """Random tokens differ in length, so the reward varies within a group from the first step."""
     text = completion[-1]["content"] if isinstance(completion, list) else completion
     return min(len(text), 200) / 100.0
+
+
+class PauseBefore(TrainerCallback):
+    """Sleeps ``seconds`` before step ``step`` (1-based) trains: a step long enough to signal into."""
+
+    def __init__(self, step: int, seconds: float):
+        self.step, self.seconds = step, seconds
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 == self.step:
+            time.sleep(self.seconds)
 
 
 class StepLog(TrainerCallback):
@@ -86,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--metrics", required=True)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--pause-before-step", type=int, default=0)
+    p.add_argument("--pause-s", type=float, default=0.0)
     a = p.parse_args(argv)
 
     import datasets
@@ -101,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
         model=model, processing_class=tokenizer, env=env, args=config(a.out, a.port, a.steps)
     )
     trainer.add_callback(StepLog(trainer, a.metrics))
+    if a.pause_before_step:
+        trainer.add_callback(PauseBefore(a.pause_before_step, a.pause_s))
     trainer.train(resume_from_checkpoint=True if a.resume else None)
 
 

@@ -232,7 +232,10 @@ def test_grpo_defaults_cpu_fallback(monkeypatch, warnings_seen):
     small = grpo_defaults("small-run", preset="small")
     assert (small.warmup_steps, small.max_grad_norm, small.beta, small.max_seq_len) == (0, 1.0, 0.0, 2048)
     assert not small.gradient_checkpointing and small.save_steps == 50 and small.report_to == []
-    assert small.learning_rate == 1e-6 and (small.per_device_train_batch_size, small.num_generations) == (8, 8)
+    assert small.learning_rate == 1e-6 and (small.per_device_train_batch_size, small.num_generations) == (
+        8,
+        8,
+    )
     with pytest.raises(ConfigError, match="unknown preset 'tiny'.*use one of"):
         grpo_defaults("x", preset="tiny")
     # warned once, not per call

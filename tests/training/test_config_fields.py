@@ -80,6 +80,27 @@ def test_assigned_values_are_validated_with_one_line():
             args.resolve()
 
 
+def test_ddp_timeout_is_derived_from_the_lone_waits_and_short_values_are_refused():
+    # Derived: 30 minutes (a checkpoint write), or longer where a push or a batch may take longer.
+    assert defaults().ddp_timeout == 1800
+    assert defaults(sync_weights_timeout=2400).ddp_timeout == 2430
+    args = defaults()
+    args.async_generation_timeout = 3600.0  # assigned later: derived again by resolve()
+    assert args.resolve().ddp_timeout == 3630
+    assert defaults(ddp_timeout=900).ddp_timeout == 900  # the user's value is kept
+    with pytest.raises(ConfigError) as info:
+        defaults(ddp_timeout=300)  # async_generation_timeout is 600
+    assert str(info.value) == (
+        "ddp_timeout=300 is shorter than what the main process may do alone while the others wait: "
+        "max(sync_weights_timeout=300, async_generation_timeout=600) + 30 = 630 s (set ddp_timeout "
+        ">= 630, lower those timeouts, or leave ddp_timeout unset (derived))"
+    )
+    args = defaults(ddp_timeout=900)
+    args.sync_weights_timeout = 1000.0  # the kept value no longer fits: refused at resolve()
+    with pytest.raises(ConfigError, match="ddp_timeout=900 is shorter"):
+        args.resolve()
+
+
 def test_epsilon_high_follows_epsilon_and_loss_type_unless_given():
     args = defaults()
     args.epsilon = 0.1
@@ -216,6 +237,8 @@ GRPO_BEHAVIOURAL = {
     "max_prompt_length": "test_max_prompt_length_default_follows_max_seq_len; "
     "tests/training/test_prompt_truncation.py; test_trainer.py::test_server_cuts_long_prompts_before_the_server",
     "epsilon_high": "test_epsilon_high_follows_epsilon_and_loss_type_unless_given",
+    "ddp_timeout": "test_ddp_timeout_is_derived_from_the_lone_waits_and_short_values_are_refused; "
+    "tests/training/test_rank_hangs.py",
     "generation_batch_size": "test_explicit_layout_choices_survive_later_assignments",
     "steps_per_generation": "test_explicit_layout_choices_survive_later_assignments",
     "ds3_gather_for_generation": "test_trainer.py::test_ds3_gather_and_eval_batch_size_are_honoured",

@@ -11,6 +11,10 @@
   Every step after the checkpoint matches A (loss within 1e-6, same reward and
   gradient norm), and B's trained rollouts, in order, are A's: none lost, none
   trained twice.
+- SIGTERM the same way (verifiers/training/shutdown.py): run B exits 143 after
+  finishing and saving the step in progress, says so in one line, and resumes to
+  match A. A second SIGINT 1.5 s after the first, during a long step, exits 130 at
+  once with no new checkpoint. (In-process signal tests: test_signals.py.)
 """
 
 from __future__ import annotations
@@ -198,11 +202,15 @@ def vllm_port(tiny_model_dir, tmp_path_factory):
         yield server.port
 
 
-def start_run(run: Path, port: int, model: Path, resume: bool = False) -> subprocess.Popen:
+def start_run(
+    run: Path, port: int, model: Path, resume: bool = False, pause: tuple[int, float] | None = None
+) -> subprocess.Popen:
     cmd = [
         sys.executable, "-m", "tests.training.resume_run", "--port", str(port), "--model", str(model),
         "--out", str(run / "out"), "--metrics", str(run / "metrics.jsonl"), "--steps", str(STEPS),
     ] + (["--resume"] if resume else [])  # fmt: skip
+    if pause:
+        cmd += ["--pause-before-step", str(pause[0]), "--pause-s", str(pause[1])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     with open(run / ("resumed.log" if resume else "run.log"), "ab") as log:  # the child keeps its copy
         return subprocess.Popen(
@@ -226,24 +234,71 @@ def read_steps(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.server
-@pytest.mark.slow  # a server and three training processes: ~2.5 min on 2 busy cores
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, vllm_port, tmp_path):
-    started = time.perf_counter()
-    run_a, run_b = tmp_path / "a", tmp_path / "b"
-    run_a.mkdir(), run_b.mkdir()
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_model_dir, vllm_port, tmp_path_factory) -> list[dict]:
+    """Run A: the steps of an uninterrupted run, which every interrupted-and-resumed run must match."""
+    run_a = tmp_path_factory.mktemp("uninterrupted")
     finish(start_run(run_a, vllm_port, tiny_model_dir), run_a)
     a = read_steps(run_a / "metrics.jsonl")
     assert [s["step"] for s in a] == list(range(1, STEPS + 1))
+    return a
 
-    # Run B: SIGKILL as soon as checkpoint-KILL_AFTER is complete (the run is then somewhere in
-    # the next step: generating, training, syncing or saving).
-    out_b = run_b / "out"
-    proc = start_run(run_b, vllm_port, tiny_model_dir)
-    mark = out_b / f"checkpoint-{KILL_AFTER}" / ckpt.COMPLETE_FILE
+
+def wait_for_checkpoint(proc: subprocess.Popen, out: Path, step: int) -> None:
+    mark = out / f"checkpoint-{step}" / ckpt.COMPLETE_FILE
     deadline = time.monotonic() + 300
     while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def resume_and_compare(
+    run_b: Path, port: int, model: Path, a: list[dict], before: list[dict], k: int
+) -> None:
+    """Resume run B from checkpoint-``k`` in a new process; every step must match run A's."""
+    # The server now holds the stopped run's latest weights; put others there so that a resumed
+    # run that generated before pushing its checkpoint's weights would sample different rollouts.
+    from transformers import AutoModelForCausalLM
+
+    from verifiers.inference.client import VLLMClient
+
+    base = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
+    client = VLLMClient(f"http://127.0.0.1:{port}", request_timeout=60)
+    try:
+        client.update_weights(list(base.named_parameters()))
+    finally:
+        client.close()
+
+    (run_b / "metrics.jsonl").rename(run_b / "stopped.jsonl")
+    finish(start_run(run_b, port, model, resume=True), run_b)
+    resumed = read_steps(run_b / "metrics.jsonl")
+    assert [s["step"] for s in resumed] == list(range(k + 1, STEPS + 1))
+    b = [s for s in before if s["step"] <= k] + resumed
+    assert [s["step"] for s in b] == list(range(1, STEPS + 1))
+
+    gaps = [abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)]
+    print("per-step |loss A - loss B|:", gaps)
+    for x, y in zip(a, b, strict=True):
+        assert abs(x["loss"] - y["loss"]) <= 1e-6, (x["step"], x["loss"], y["loss"])
+        assert x["reward"] == y["reward"], (x["step"], x["reward"], y["reward"])
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-5), x["step"]
+    assert any(abs(x["loss"]) > 1e-6 for x in a[k:])  # the losses compared are not all ~0
+
+    rollouts_a = [r for s in a for r in s["rollouts"]]
+    rollouts_b = [r for s in b for r in s["rollouts"]]
+    assert len(rollouts_a) == STEPS * 8 and len(set(rollouts_a)) == len(rollouts_a)
+    assert rollouts_b == rollouts_a  # same rollouts, same order: none lost, none trained twice
+
+
+@pytest.mark.server
+@pytest.mark.slow  # a server and three training processes: ~2.5 min on 2 busy cores
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, vllm_port, uninterrupted, tmp_path):
+    # Run B: SIGKILL as soon as checkpoint-KILL_AFTER is complete (the run is then somewhere in
+    # the next step: generating, training, syncing or saving).
+    run_b = tmp_path / "b"
+    run_b.mkdir()
+    out_b = run_b / "out"
+    proc = start_run(run_b, vllm_port, tiny_model_dir)
+    wait_for_checkpoint(proc, out_b, KILL_AFTER)
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(10) == -signal.SIGKILL, "the run ended before it was killed"
     resume_from = ckpt.last_complete_checkpoint(out_b)
@@ -255,36 +310,52 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tiny_model_dir, vllm_p
         f"killed after checkpoint-{KILL_AFTER}: steps logged {[s['step'] for s in before_kill]}, "
         f"folders {[p.name for _, p in ckpt.checkpoints(out_b)]}, resuming from checkpoint-{k}"
     )
+    resume_and_compare(run_b, vllm_port, tiny_model_dir, uninterrupted, before_kill, k)
 
-    # The server now holds the killed run's latest weights; put others there so that a resumed
-    # run that generated before pushing its checkpoint's weights would sample different rollouts.
-    from transformers import AutoModelForCausalLM
 
-    from verifiers.inference.client import VLLMClient
+@pytest.mark.server
+@pytest.mark.slow  # with the SIGKILL test's server and run A: two more training processes
+def test_sigterm_exits_143_after_saving_the_step_and_resumes_exactly(
+    tiny_model_dir, vllm_port, uninterrupted, tmp_path
+):
+    run_b = tmp_path / "b"
+    run_b.mkdir()
+    out_b = run_b / "out"
+    proc = start_run(run_b, vllm_port, tiny_model_dir)
+    wait_for_checkpoint(proc, out_b, KILL_AFTER)
+    os.kill(proc.pid, signal.SIGTERM)  # somewhere in step KILL_AFTER + 1 (or the save after step 2)
+    assert proc.wait(120) == 143
+    log = (run_b / "run.log").read_text(errors="replace")
+    before = read_steps(run_b / "metrics.jsonl")
+    k = before[-1]["step"]  # the last step trained is the one saved: nothing lost, nothing after it
+    assert KILL_AFTER <= k < STEPS
+    assert ckpt.last_complete_checkpoint(out_b) == str(out_b / f"checkpoint-{k}")
+    line = (
+        f"Stopped by SIGTERM after step {k}/{STEPS}; checkpoint saved to {out_b}/checkpoint-{k} (resume with"
+    )
+    assert line in log, log[-3000:]
+    resume_and_compare(run_b, vllm_port, tiny_model_dir, uninterrupted, before, k)
 
-    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
-    client = VLLMClient(f"http://127.0.0.1:{vllm_port}", request_timeout=60)
-    try:
-        client.update_weights(list(base.named_parameters()))
-    finally:
-        client.close()
 
-    (run_b / "metrics.jsonl").rename(run_b / "killed.jsonl")
-    finish(start_run(run_b, vllm_port, tiny_model_dir, resume=True), run_b)
-    resumed = read_steps(run_b / "metrics.jsonl")
-    assert [s["step"] for s in resumed] == list(range(k + 1, STEPS + 1))
-    b = [s for s in before_kill if s["step"] <= k] + resumed
-    assert [s["step"] for s in b] == list(range(1, STEPS + 1))
-
-    gaps = [abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)]
-    print("per-step |loss A - loss B|:", gaps, f"({time.perf_counter() - started:.0f} s)")
-    for x, y in zip(a, b, strict=True):
-        assert abs(x["loss"] - y["loss"]) <= 1e-6, (x["step"], x["loss"], y["loss"])
-        assert x["reward"] == y["reward"], (x["step"], x["reward"], y["reward"])
-        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-5), x["step"]
-    assert any(abs(x["loss"]) > 1e-6 for x in a[k:])  # the losses compared are not all ~0
-
-    rollouts_a = [r for s in a for r in s["rollouts"]]
-    rollouts_b = [r for s in b for r in s["rollouts"]]
-    assert len(rollouts_a) == STEPS * 8 and len(set(rollouts_a)) == len(rollouts_a)
-    assert rollouts_b == rollouts_a  # same rollouts, same order: none lost, none trained twice
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_second_signal_exits_at_once_without_a_checkpoint(tiny_model_dir, vllm_port, tmp_path):
+    run = tmp_path / "c"
+    run.mkdir()
+    out = run / "out"
+    proc = start_run(run, vllm_port, tiny_model_dir, pause=(KILL_AFTER + 1, 60.0))
+    wait_for_checkpoint(proc, out, KILL_AFTER)
+    time.sleep(0.5)  # in the long step now
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(1.5)  # past the echo window
+    second = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(30) == 130
+    assert time.monotonic() - second < 5  # at once: not after the 60 s step
+    log = (run / "run.log").read_text(errors="replace")
+    assert (
+        "SIGINT received: stopping after the current step" in log
+        and "Stopped at once by a second SIGINT" in log
+    )
+    assert ckpt.last_complete_checkpoint(out) == str(out / f"checkpoint-{KILL_AFTER}")
+    assert not (out / f"checkpoint-{KILL_AFTER + 1}").exists()

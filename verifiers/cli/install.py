@@ -11,7 +11,9 @@ reported as such (exit 0), and anything else fails with the command that install
 
 pip runs with the interpreter that runs this command (``sys.executable -m
 pip``), so the environment lands in the same virtual environment as
-verifiers, whichever ``pip`` is first on ``PATH``.
+verifiers, whichever ``pip`` is first on ``PATH``. Its output goes to a log file
+(``$TMPDIR/vf-install-<folder>.log``); the console gets one line as pip starts, one
+every 15 s while it runs, one when it ends, and the log's last lines if it fails.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from verifiers.cli.common import CLIParser, run_parsed
+from verifiers.cli.progress import Heartbeat
 from verifiers.errors import ConfigError, VerifiersError
 from verifiers.utils.env_loader import (
     check_env_version,
@@ -33,6 +37,7 @@ from verifiers.utils.env_loader import (
 )
 
 DEFAULT_PATH = "./environments"
+LOG_TAIL_LINES = 20  # of pip's output, printed when it fails
 # The environments shipped beside the package in a source checkout (absent in a wheel install).
 BUNDLED_DIR = Path(__file__).resolve().parents[2] / "environments"
 
@@ -142,19 +147,43 @@ def check_folder_version(env_id: str, folder: Path) -> None:
         )
 
 
+def install_log_path(folder: Path) -> Path:
+    """Where pip's output for ``folder`` goes: the temp folder, one file per environment, replaced
+    by the next install of it."""
+    return Path(tempfile.gettempdir()) / f"vf-install-{folder.resolve().name}.log"
+
+
 def install_environment(folder: Path, no_deps: bool = False) -> None:
-    """Run ``python -m pip install -e folder``; raise ``VerifiersError`` if pip fails."""
+    """Run ``python -m pip install -e folder``; raise ``VerifiersError`` if pip fails.
+
+    Prints a line when pip starts, one every 15 s while it runs and one when it ends;
+    pip's own output goes to :func:`install_log_path`, whose last lines are printed
+    if it fails (they are the explanation; the error line names the file).
+    """
     cmd = [sys.executable, "-m", "pip", "install", "-e", str(folder.resolve())]
     if no_deps:
         cmd.append("--no-deps")
-    print("running: " + " ".join(cmd), flush=True)
-    # pip's own output goes straight to the terminal: it is the explanation
-    # if something fails, and we add only one line.
-    status = subprocess.call(cmd)
+    log_path = install_log_path(folder)
+    print(f"[vf-install] pip install -e {folder}{' --no-deps' if no_deps else ''} (pip's output: {log_path})")
+    sys.stdout.flush()
+
+    def still(seconds: float) -> None:
+        print(f"[vf-install]   still installing ({seconds:.0f} s)", flush=True)
+
+    with log_path.open("w", encoding="utf-8") as log, Heartbeat(still) as beat:
+        log.write("running: " + " ".join(cmd) + "\n")
+        log.flush()
+        status = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    seconds = beat.elapsed
     if status != 0:
+        print(f"[vf-install] pip failed after {seconds:.1f} s; last lines of {log_path}:")
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        print("\n".join("    " + line for line in lines[-LOG_TAIL_LINES:]), flush=True)
         raise VerifiersError(
-            f"pip install -e {folder} failed with exit status {status}", hint="see pip's output above"
+            f"pip install -e {folder} failed with exit status {status}",
+            hint=f"pip's last lines are above; its full output: {log_path}",
         )
+    print(f"[vf-install] pip done in {seconds:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

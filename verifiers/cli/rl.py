@@ -11,9 +11,14 @@ resume from), install each environment that is not importable (``vf-install``), 
 ``accelerate launch`` when ``trainer.gpus > 1``). Both logs go to
 ``outputs/<run_name>/logs/{inference,trainer}.log`` and to the terminal: a tmux
 session with one pane each when tmux exists and stdout is a terminal, else
-interleaved lines prefixed ``[inference]`` / ``[trainer]``. Training ending,
-either side failing, Ctrl-C (also in a tmux pane) or SIGTERM stops both process
-groups (SIGTERM, then SIGKILL). The exit status is non-zero if training failed.
+interleaved lines prefixed ``[inference]`` / ``[trainer]``. A server that dies
+during training is restarted with the same command (``inference.max_restarts``
+times, default 3, with a backoff); the trainer waits for it and re-syncs its
+weights. The first Ctrl-C (also in a tmux pane) or SIGTERM lets the trainer finish
+its step and save a checkpoint, then stops the server (exit 130/143); a second one
+stops both process groups at once (SIGTERM, then SIGKILL). Training ending or
+failing, or a server that cannot be restarted (the trainer saves a checkpoint
+first), stops both too. The exit status is non-zero if training failed.
 
 Tools: vf-vllm serves a model whose chat template ignores ``tools`` with verifiers'
 tool template and the ``hermes`` tool-call parser by itself; when ``[inference.args]``
@@ -50,6 +55,9 @@ from verifiers.cli.rl_launcher import (  # noqa: F401 (re-exported: cli/rl.py's 
 from verifiers.cli.toml_config import CommandLine, RunConfig, inference_flags, load_config, parse_command_line
 from verifiers.errors import ConfigError, EnvironmentArgsError
 from verifiers.utils.env_loader import check_env_args, check_env_version, module_name_for
+
+# Seconds torchrun gives its workers to checkpoint after a signal (build_plan: the trainer's env).
+ELASTIC_SHUTDOWN_TIMEOUT_S = 600
 
 DESCRIPTION = "Start vf-vllm and vf-train from one TOML config; stop both when either ends."
 FLAGS = {
@@ -91,6 +99,12 @@ class Plan:
         lines.append(f"inference: {self.server.shown()}")
         lines.append(f"wait: {c.inference.url}/health, then /v1/models (up to {self.timeout:.0f} s)")
         lines.append(f"trainer: {self.trainer.shown()}")
+        restarts = c.inference.max_restarts
+        lines.append(
+            f"supervise: restart the server up to {restarts} time(s) if it dies during training"
+            if restarts
+            else "supervise: stop the run if the server dies during training (inference.max_restarts = 0)"
+        )
         return "\n".join(lines)
 
 
@@ -167,6 +181,10 @@ def build_plan(config: RunConfig, cli: CommandLine, gpu_ids: list[str] | None = 
     logs = config.output_dir / "logs"
     base = {"PYTHONUNBUFFERED": "1"}
     trainer_env = {**base, **trainer_template_env(server_args)}
+    if tr.num_processes > 1 and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
+        # torchrun SIGKILLs its workers this many seconds after passing on a Ctrl-C/SIGTERM (30 by
+        # default): they must have time to finish the step and save the checkpoint (shutdown.py).
+        trainer_env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(ELASTIC_SHUTDOWN_TIMEOUT_S)
     installs = []
     for env in config.envs:
         if importlib.util.find_spec(module_name_for(env.id)) is None:

@@ -2,7 +2,18 @@
 
 ``Launcher`` starts the inference server, waits until it serves the model, starts the
 trainer, pumps both logs (to files and the terminal, or tmux panes) and stops both
-process groups when either ends, on Ctrl-C or on SIGTERM (see cli/rl.py for the plan).
+process groups when training ends (see cli/rl.py for the plan).
+
+Supervision: a server that dies during training is restarted with the same command
+and environment, at most ``inference.max_restarts`` times, after a backoff; the
+trainer waits for it (``vllm_server_timeout``), re-syncs its weights and goes on
+(training/recovery.py). Crash to ready must fit in that same timeout, or the trainer
+would give up first. When the server cannot be restarted, the trainer gets SIGTERM,
+saves its checkpoint, and vf-rl ends with one line saying why.
+
+Shutdown: the first Ctrl-C or SIGTERM goes to the trainer's process group only, which
+finishes its step and saves a checkpoint; vf-rl waits for it (no timeout), then stops
+the server and exits 130 or 143. A second signal stops everything at once.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from verifiers.cli.common import print_error
 from verifiers.errors import ServerError, ServerTimeoutError
@@ -30,6 +41,11 @@ if TYPE_CHECKING:
 
 STOP_GRACE_S = 10.0
 TAIL_LINES = 20
+# Delays before restarting a dead server: 2 s, 4 s, 8 s, ... at most 30 s (a crash loop
+# is not restarted at full speed, and the wait stays small beside the server's start-up).
+RESTART_FIRST_DELAY_S = 2.0
+RESTART_MAX_DELAY_S = 30.0
+DRAIN_LINE = "Stopping after the current step and saving a checkpoint; Ctrl-C again to stop at once"
 
 
 @dataclass
@@ -43,6 +59,7 @@ class Side:
     proc: subprocess.Popen | None = None
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     pump: threading.Thread | None = None
+    log_start: int = 0  # where the current process's lines begin in ``log`` (after restarts)
 
     def shown(self) -> str:
         gpus = self.env.get("CUDA_VISIBLE_DEVICES")
@@ -66,27 +83,38 @@ class Launcher:
         self.echo = not use_tmux  # children's lines and notes go to this terminal too
         self.logs = plan.server.log.parent
         self.stopping = threading.Event()
-        self.print_lock = threading.Lock()
+        # Reentrant: the signal handler prints a note on the main thread, maybe inside note().
+        self.print_lock = threading.RLock()
         self.start_lock = threading.Lock()  # no child starts once stopping has begun
         self.failed: Side | None = None  # whose last lines to show at the end
         self.failure: str | None = None  # the error line for a failed training run
+        self.signum: int | None = None  # the first SIGINT/SIGTERM received
+        self.draining = False  # the trainer got SIGINT/SIGTERM and is saving its checkpoint
+        self.restarts = 0  # restarts of the server so far
+        self.restart_backoff = Backoff(first=RESTART_FIRST_DELAY_S, max_delay=RESTART_MAX_DELAY_S)
         name = "".join(ch if ch.isalnum() else "-" for ch in plan.config.run_name)
         self.session = f"vf-rl-{name}-{os.getpid()}"
 
     def run(self) -> int:
-        """Run the plan; the exit status is the trainer's (non-zero if training failed)."""
+        """Run the plan; the exit status is the trainer's (non-zero if training failed),
+        130/143 after Ctrl-C/SIGTERM."""
         self.logs.mkdir(parents=True, exist_ok=True)
         for side in (self.plan.server, self.plan.trainer):
             side.log.write_text("")
         (self.logs / "vf-rl.log").write_text("")
-        # Ctrl-C and SIGTERM end in `finally` below, also when vf-rl was started with SIGINT ignored.
+        # Handled also when vf-rl was started with SIGINT ignored (a background job).
         handlers = (
-            {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+            {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
             if threading.current_thread() is threading.main_thread()
             else {}
         )
         try:
             return self._run_in_tmux() if self.use_tmux else self._drive()
+        except KeyboardInterrupt:  # a second signal, or one before training started: stop at once
+            if self.signum != signal.SIGTERM:
+                raise  # run_cli: "interrupted", 130
+            self.failure = "stopped by SIGTERM"
+            return 128 + signal.SIGTERM
         finally:
             with self.start_lock:
                 self.stopping.set()
@@ -114,21 +142,83 @@ class Launcher:
             if status is not None:
                 if trainer.pump is not None:
                     trainer.pump.join(timeout=5)  # its last lines, before the summary
+                if self.signum is not None:
+                    name = signal.Signals(self.signum).name
+                    self.note(
+                        f"Trainer stopped after {name} (exit status {status}); stopping the inference server"
+                    )
+                    return 128 + self.signum
                 if status == 0:
                     self.note(f"Training finished; outputs in {self.plan.config.output_dir}/")
                     return 0
                 self.failed = trainer
                 self.failure = f"training failed with exit status {status} (full log: {trainer.log})"
                 return status if 0 < status < 256 else 1
-            if server.proc.poll() is not None:
-                self.failed = server
-                raise ServerError(
-                    f"the inference server exited with status {server.proc.returncode} during training"
-                    + first_error(server.log),
-                    hint=f"full log: {server.log}",
-                )
+            if server.proc.poll() is not None and not self.draining:
+                self._restart_server()
             time.sleep(0.5)
         return 130
+
+    def _restart_server(self) -> None:
+        """The server died during training: start it again (same command and environment) after
+        a backoff, or, past ``inference.max_restarts``, stop the trainer and end the run."""
+        server, limit = self.plan.server, self.plan.config.inference.max_restarts
+        died, at, status = time.monotonic(), time.strftime("%H:%M:%S"), server.proc.returncode
+        stop(server.proc)  # what is left of its group (vLLM's engine core) holds memory and the port
+        if server.pump is not None:
+            server.pump.join(timeout=5)
+        error = first_error(server.log, start=server.log_start)
+        if self.restarts >= limit:
+            done = f"restarted {self.restarts} time(s) already" if limit else "restarts are off"
+            self._give_up(
+                f"the inference server exited with status {status} during training at {at}{error}; "
+                f"not restarting it ({done}, inference.max_restarts = {limit})"
+            )
+        self.restarts += 1
+        delay = self.restart_backoff.next_delay() or RESTART_FIRST_DELAY_S
+        self.note(
+            f"Inference server exited with status {status} at {at}; "
+            f"restarting it ({self.restarts}/{limit}) in {delay:.3g} s{error}"
+        )
+        self.stopping.wait(delay)  # interruptible: a signal still reaches the handler
+        if self.draining or self.stopping.is_set():
+            return
+        self._start(server)
+        # Counted from the crash: the trainer waits vllm_server_timeout from when it noticed.
+        left = self.plan.timeout - (time.monotonic() - died)
+        try:
+            self._wait_ready(max(left, 1.0), again=True)
+        except ServerError as err:
+            self._give_up(f"restart {self.restarts}/{limit} failed: {err.message}")
+
+    def _give_up(self, reason: str) -> NoReturn:
+        """End the run because of the server: SIGTERM the trainer (it saves a checkpoint),
+        wait for it, then raise the one-line error."""
+        server, trainer = self.plan.server, self.plan.trainer
+        self.failed, self.draining = server, True
+        stop(server.proc)
+        if trainer.proc is not None and trainer.proc.poll() is None:
+            self.note(f"{reason[0].upper()}{reason[1:]}; stopping the trainer (it saves a checkpoint first)")
+            _signal_group(trainer.proc, signal.SIGTERM)
+            while trainer.proc.poll() is None and not self.stopping.is_set():  # no timeout: the checkpoint
+                time.sleep(0.2)
+            if trainer.pump is not None:
+                trainer.pump.join(timeout=5)
+        raise ServerError(reason, hint=f"full log: {server.log}")
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """First SIGINT/SIGTERM during training: the trainer's group only (it checkpoints; we wait).
+        Before training, during the wait or a second time: stop everything at once."""
+        if self.stopping.is_set():
+            return  # already stopping everything
+        trainer = self.plan.trainer.proc
+        first = self.signum is None and not self.draining
+        self.signum = signum  # the exit status follows the last signal
+        if not first or trainer is None or trainer.poll() is not None:
+            raise KeyboardInterrupt
+        self.draining = True
+        self.note(DRAIN_LINE)
+        _signal_group(trainer, signum)
 
     def note(self, message: str) -> None:
         """A vf-rl status line: to ``logs/vf-rl.log``, and to the terminal unless tmux holds it."""
@@ -142,6 +232,7 @@ class Launcher:
         with self.start_lock:
             if self.stopping.is_set():
                 raise KeyboardInterrupt
+            side.log_start = side.log.stat().st_size if side.log.exists() else 0
             side.proc = subprocess.Popen(
                 side.cmd,
                 env={**os.environ, **side.env},
@@ -166,29 +257,43 @@ class Launcher:
                     with self.print_lock:
                         print(f"[{side.name}] {line}", flush=True)
 
-    def _wait_ready(self) -> None:
-        """Poll ``/health``, then ``/v1/models``, within one total timeout; fail fast if the server dies."""
-        server, url, timeout = self.plan.server, self.plan.config.inference.url, self.plan.timeout
+    def _wait_ready(self, timeout: float | None = None, again: bool = False) -> None:
+        """Poll ``/health``, then ``/v1/models``, within one total timeout; fail fast if the server dies.
+
+        ``again``: a restart during training; the wait also ends when the trainer ends or stops.
+        """
+        server, url = self.plan.server, self.plan.config.inference.url
+        timeout = self.plan.timeout if timeout is None else timeout
         self.note(f"Waiting for the inference server at {url} (up to {timeout:.0f} s)")
         started = time.monotonic()
+        trainer = self.plan.trainer.proc
 
         def check() -> str | None:
-            if self.stopping.is_set():
+            if self.stopping.is_set() or self.draining:
                 return "stopped"
+            if again and trainer is not None and trainer.poll() is not None:
+                return "trainer ended"  # the supervision loop reports it
             if server.proc.poll() is not None:
                 if server.pump is not None:
                     server.pump.join(timeout=5)
                 self.failed = server
                 raise ServerError(
                     f"the inference server exited with status {server.proc.returncode} before it was ready"
-                    + first_error(server.log),
+                    + first_error(server.log, start=server.log_start),
                     hint=f"full log: {server.log}",
                 )
             return "ready" if _http_ok(url + "/health") and _http_ok(url + "/v1/models") else None
 
         outcome = poll_until(check, Backoff(first=1.0, max_delay=1.0, timeout=timeout))
         if outcome == "ready":
-            self.note(f"Inference server ready after {time.monotonic() - started:.0f} s")
+            took = time.monotonic() - started
+            if again:
+                self.note(
+                    f"Inference server ready again after {took:.0f} s (pid {server.proc.pid}); "
+                    "the trainer re-syncs its weights and goes on"
+                )
+            else:
+                self.note(f"Inference server ready after {took:.0f} s (pid {server.proc.pid})")
         elif outcome is None:
             raise ServerTimeoutError(
                 f"the inference server was not ready within {timeout:.0f} s",
@@ -213,8 +318,14 @@ class Launcher:
         pid = os.getpid()
 
         def pane(log: Path) -> str:
-            # Ctrl-C in a pane interrupts vf-rl itself, which then stops everything.
-            return f"trap 'kill -INT {pid}' INT; tail -n +1 -F {shlex.quote(str(log))}"
+            # Ctrl-C in a pane interrupts vf-rl itself (the first one stops after the step, see
+            # _on_signal). tail runs in the background, where sh ignores SIGINT: the pane stays
+            # and shows the trainer saving its checkpoint. sh, whatever the user's shell is.
+            script = (
+                f"trap 'kill -INT {pid}' INT; tail -n +1 -F {shlex.quote(str(log))} & t=$!; "
+                'while kill -0 "$t" 2>/dev/null; do wait "$t"; done'
+            )
+            return f"sh -c {shlex.quote(script)}"
 
         def tmux(*args: str, check: bool = False) -> None:
             subprocess.run(["tmux", *args], check=check, capture_output=not check)
@@ -255,7 +366,9 @@ class Launcher:
         subprocess.run(["tmux", "attach-session", "-t", self.session])
         if not done.is_set():  # detached (C-b d): go on here, interleaved
             self.echo = True
-            self.note(f"Detached from tmux; vf-rl goes on here (Ctrl-C stops everything). Logs: {self.logs}/")
+            self.note(
+                f"Detached from tmux; vf-rl goes on here (Ctrl-C stops after the step). Logs: {self.logs}/"
+            )
             while worker.is_alive():
                 worker.join(0.5)
         if "error" in outcome:
@@ -289,14 +402,24 @@ def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
     proc.wait()
 
 
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 _ERROR_LINE = re.compile(r"(?:^|[\s\]])((?:[A-Z]\w*(?:Error|Exception))|error): (.+)")
 
 
-def first_error(log: Path, limit: int = 300) -> str:
-    """``": <the first error line of a log>"``, or ``""``: in vLLM's multi-process logs the
-    root cause comes first and the generic wrappers ("Engine core initialization failed") after."""
+def first_error(log: Path, limit: int = 300, start: int = 0) -> str:
+    """``": <the first error line of a log>"`` (from byte ``start``: the current process's lines), or
+    ``""``: in vLLM's multi-process logs the root cause comes first and the generic wrappers
+    ("Engine core initialization failed") after."""
     try:
-        text = log.read_text(encoding="utf-8", errors="replace")
+        with log.open("rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
     for line in text.splitlines():
@@ -314,7 +437,3 @@ def _http_ok(url: str) -> bool:
             return resp.status == 200
     except Exception:
         return False
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt

@@ -11,6 +11,7 @@
     [inference]
     gpus = 0                           # 0: serve on CPU
     # host = "127.0.0.1"; port = 8000
+    # max_restarts = 3                 # restarts of a server that dies mid-run (0: stop the run)
     [inference.args]                   # -> vf-vllm flags: enforce_eager = true -> --enforce-eager
     enforce_eager = true
 
@@ -37,13 +38,13 @@ import functools
 import json
 import math
 import os
-import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verifiers.cli.toml_types import check_type, describe_value
 from verifiers.errors import ConfigError, nearest
 from verifiers.training.batch_layout import check_batch_sizes
 from verifiers.training.config import GRPOConfig
@@ -52,7 +53,7 @@ from verifiers.utils.env_loader import env_name
 
 TOP_KEYS = ("model", "env", "inference", "trainer")
 ENV_KEYS = ("id", "args", "weight", "name")
-INFERENCE_KEYS = ("gpus", "host", "port", "args")
+INFERENCE_KEYS = ("gpus", "host", "port", "max_restarts", "args")
 TRAINER_KEYS = ("gpus", "args", "accelerate_config")
 WANDB_KEYS = ("project", "name", "entity")
 DEFAULT_HOST = RLConfig.vllm_server_host
@@ -84,6 +85,11 @@ class InferenceConfig:
     gpus: int = _key(1, "GPUs of the vf-vllm server; 0: serve on CPU.")
     host: str = _key(DEFAULT_HOST, "Where the server listens and the trainer connects.")
     port: int = _key(DEFAULT_PORT, "Port of the server.")
+    max_restarts: int = _key(
+        3,
+        "Times vf-rl restarts a server that dies during training (same command, backoff); "
+        "0: stop the run instead.",
+    )
     # without host/port: those are above
     args: dict[str, Any] = _key({}, "vf-vllm flags: enforce_eager = true -> --enforce-eager.")
 
@@ -141,7 +147,7 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         raise ConfigError(
             "the config sets no model", hint='add model = "smollm2" (or a hub id / folder) at the top'
         )
-    _check_type("model", model, str)
+    check_type("model", model, str)
     envs = _parse_envs(raw.get("env"))
     inference = _table(raw, "inference", INFERENCE_KEYS)
     trainer = _table(raw, "trainer", TRAINER_KEYS)
@@ -173,9 +179,16 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
     trainer_args.update(vllm_server_host=host, vllm_server_port=port)
     trainer_args.setdefault("run_name", "-".join(e.name for e in envs))
     gpus = {side: _gpus(table, side) for side, table in (("inference", inference), ("trainer", trainer))}
+    max_restarts = inference.get("max_restarts", 3)
+    check_type("inference.max_restarts", max_restarts, int)
+    if max_restarts < 0:
+        raise ConfigError(
+            f"inference.max_restarts = {max_restarts} must be >= 0",
+            hint="0 ends the run when the server dies; 3 restarts it up to 3 times",
+        )
     accelerate_config = trainer.get("accelerate_config")
     if accelerate_config is not None:
-        _check_type("trainer.accelerate_config", accelerate_config, str)
+        check_type("trainer.accelerate_config", accelerate_config, str)
         if not Path(accelerate_config).is_file():
             raise ConfigError(f"trainer.accelerate_config: file {accelerate_config} not found")
     # The batch rule first, in the config's own terms (trainer.gpus), then RLConfig's other rules.
@@ -197,7 +210,9 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
     return RunConfig(
         model=model,
         envs=envs,
-        inference=InferenceConfig(gpus=gpus["inference"], host=host, port=port, args=inference_args),
+        inference=InferenceConfig(
+            gpus=gpus["inference"], host=host, port=port, max_restarts=max_restarts, args=inference_args
+        ),
         trainer=TrainerConfig(
             gpus=gpus["trainer"],
             args=trainer_args,
@@ -248,18 +263,18 @@ def _parse_envs(raw: Any) -> list[EnvConfig]:
         env_id = table.get("id")
         if env_id is None:
             raise ConfigError(f"{prefix} has no id", hint='e.g. id = "reverse-text"')
-        _check_type(f"{prefix}.id", env_id, str)
+        check_type(f"{prefix}.id", env_id, str)
         args = _table(table, "args", None, prefix=prefix)
         weight = table.get("weight")
         if weight is not None:
-            _check_type(f"{prefix}.weight", weight, float)
+            check_type(f"{prefix}.weight", weight, float)
             if not math.isfinite(weight) or weight <= 0:
                 raise ConfigError(
                     f"{prefix}.weight = {weight} must be > 0 and finite",
                     hint="weights are relative shares, e.g. 3.0 and 1.0; drop the environment to leave it out",
                 )
         name = table.get("name", env_name(env_id))  # owner/name@version -> name: a task and run name
-        _check_type(f"{prefix}.name", name, str)
+        check_type(f"{prefix}.name", name, str)
         weight = None if weight is None else float(weight)
         envs.append(EnvConfig(id=env_id, args=dict(args), weight=weight, name=name))
     if len(envs) == 1 or any(e.weight is not None for e in envs):
@@ -283,12 +298,12 @@ def _trainer_args(raw: dict[str, Any]) -> dict[str, Any]:
     for key, value in raw.items():
         path = f"trainer.args.{key}"
         if key == "resume_from_checkpoint":  # an argument of train(), not a config field
-            _check_type(path, value, bool | str)
+            check_type(path, value, bool | str)
             out[key] = value
         elif key == "wandb":
             table = _table(raw, "wandb", WANDB_KEYS, prefix="trainer.args")
             for sub, sub_value in table.items():
-                _check_type(f"{path}.{sub}", sub_value, str)
+                check_type(f"{path}.{sub}", sub_value, str)
                 out[f"wandb_{sub}"] = sub_value
         elif key in RENAMED_GRPO_FIELDS:
             raise ConfigError(
@@ -296,10 +311,10 @@ def _trainer_args(raw: dict[str, Any]) -> dict[str, Any]:
                 hint=f"set trainer.args.{RENAMED_GRPO_FIELDS[key]} instead",
             )
         elif key in own:
-            _check_type(path, value, own[key])
+            check_type(path, value, own[key])
             out[key] = value
         elif key in passthrough:
-            _check_type(path, value, passthrough[key])
+            check_type(path, value, passthrough[key])
             grpo_args[key] = value
         else:
             _unknown(path, key, [*own, *passthrough, "wandb"])
@@ -330,7 +345,7 @@ def _table(
     value = parent.get(key, {})
     if not isinstance(value, dict):
         raise ConfigError(
-            f"'{path}' must be a table, got {_describe_value(value)}", hint=f"write it as [{path}]"
+            f"'{path}' must be a table, got {describe_value(value)}", hint=f"write it as [{path}]"
         )
     if allowed is not None:
         _check_keys(path, value, allowed)
@@ -354,7 +369,7 @@ def _unknown(path: str, key: str, allowed: Sequence[str]) -> typing.NoReturn:
 
 def _gpus(table: dict[str, Any], side: str) -> int:
     gpus = table.get("gpus", 1)
-    _check_type(f"{side}.gpus", gpus, int)
+    check_type(f"{side}.gpus", gpus, int)
     if gpus < 0:
         raise ConfigError(f"{side}.gpus = {gpus} must be >= 0", hint="0 runs on CPU")
     return gpus
@@ -364,90 +379,11 @@ def _one_value(what: str, tp: Any, default: Any, *given: tuple[str, Any]) -> Any
     """The value set (possibly in several places, which must agree) for the server's host or port."""
     values = [(path, v) for path, v in given if v is not None]
     for path, v in values:
-        _check_type(path, v, tp)
+        check_type(path, v, tp)
     if len({v for _, v in values}) > 1:
         listed = " and ".join(f"{path} = {v!r}" for path, v in values)
         raise ConfigError(f"{listed} disagree", hint=f"set the server's {what} once, in [inference]")
     return values[0][1] if values else default
-
-
-# -- types (checked by pydantic against the dataclass annotations) ------------------------------
-
-
-def _check_type(path: str, value: Any, tp: Any) -> None:
-    if not _matches(value, tp):
-        raise ConfigError(f"key '{path}' must be {_describe_type(tp)}, got {_describe_value(value)}")
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    adapter = _adapter(tp)
-    if adapter is None:  # a type TOML cannot express: the dataclass decides
-        return True
-    import pydantic
-
-    try:
-        adapter.validate_python(value, strict=True)  # strict: no "5" -> 5, no true -> 1
-    except pydantic.ValidationError:
-        return False
-    return True
-
-
-@functools.cache
-def _adapter(tp: Any) -> Any:
-    """A pydantic ``TypeAdapter`` for what TOML can hold of ``tp``; None where ``tp`` is not expressible."""
-    import pydantic
-
-    try:
-        return pydantic.TypeAdapter(_as_toml(tp))
-    except (pydantic.PydanticSchemaGenerationError, TypeError):
-        return None
-
-
-def _as_toml(tp: Any) -> Any:
-    """``tp`` as TOML values come: sequences are lists, an enum is its string (the dataclass
-    checks the choice and names the valid ones), ``None`` is never written."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        kept = tuple(_as_toml(a) for a in args if a is not type(None))
-        return Any if Any in kept else functools.reduce(lambda a, b: a | b, kept)
-    if origin in (list, tuple, set, Sequence) or tp in (list, tuple, set):
-        return list[_as_toml(args[0])] if args else list
-    if origin is dict:
-        return dict
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return str
-    return tp
-
-
-_TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a table"}
-
-
-def _describe_type(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(dict.fromkeys(_describe_type(a) for a in args if a is not type(None)))
-    if origin is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin in (list, tuple, set, Sequence):
-        inner = _describe_type(args[0]) if args else "values"
-        return f"a list of {inner.removeprefix('a ').removeprefix('an ')}s"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "a string"
-    return _TYPE_WORDS.get(origin or tp, getattr(tp, "__name__", str(tp)))
-
-
-def _describe_value(value: Any) -> str:
-    """A value as TOML would show it, and its TOML kind: ``"5" (a string)``."""
-    if isinstance(value, dict):
-        shown = "{...}"
-    elif isinstance(value, bool):
-        shown = "true" if value else "false"
-    elif isinstance(value, (str, list)):
-        shown = json.dumps(value)
-    else:
-        shown = repr(value)
-    kind = {**_TYPE_WORDS, list: "a list"}.get(type(value), type(value).__name__)
-    return f"{shown} ({kind})"
 
 
 # -- the key list of `vf-rl --help` -------------------------------------------------------------

@@ -20,6 +20,12 @@ model:
   before the mark is written (atomically), so a folder with the mark is whole even
   after a power loss, and resuming only ever picks marked folders.
 
+A write that fails (disk full, read-only or unwritable folder) becomes one
+``CheckpointError`` (``disk_error``) naming the folder, the cause and the fix;
+the trainer then removes the half-written folder (checkpoint_save.py). Rotation
+renames a folder aside before deleting it, so a deletion that fails half way
+never leaves something that looks like a complete checkpoint.
+
 Our files hold data only (tensors, dicts, lists, strings, numbers) with a
 ``format`` version, each written atomically (temp file + rename) and read with
 ``torch.load(weights_only=True)``, which runs no code from the file. Files of the
@@ -30,6 +36,7 @@ are refused with one line that says what to delete to resume without them.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -41,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verifiers.errors import ConfigError
+from verifiers.errors import CheckpointError, ConfigError
 from verifiers.utils.logging import warn_once
 
 if TYPE_CHECKING:  # imported where used: vf-rl reads checkpoint folders without the training stack
@@ -55,6 +62,7 @@ BUFFER_FILE = "grpo_buffer_rank{rank}.pt"
 COMPLETE_FILE = "checkpoint_complete.json"
 FORMAT_VERSION = 2  # of our files; 1 was pickled dataclasses (loaded with weights_only=False)
 INCOMPLETE_PREFIX = "incomplete-"  # a half-written checkpoint moved aside on resume
+DELETING_PREFIX = "deleting-"  # a rotated-out checkpoint, renamed before it is deleted
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -192,8 +200,9 @@ def mark_complete(checkpoint_dir: str | os.PathLike, global_step: int) -> None:
         if path.is_file() and not path.is_symlink():
             _fsync(path)
     tmp = d / (COMPLETE_FILE + ".tmp")
+    files = sorted(p.name for p in d.iterdir() if p.name != tmp.name)  # listed before the mark exists
     with open(tmp, "w") as fh:
-        json.dump({"global_step": global_step, "files": sorted(p.name for p in d.iterdir())}, fh)
+        json.dump({"global_step": global_step, "files": files}, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, d / COMPLETE_FILE)
@@ -231,7 +240,12 @@ def rotate(output_dir: str | os.PathLike, save_total_limit: int | None, keep: st
             break
         if folder.resolve() not in protected:
             logger.info("deleting %s (save_total_limit=%d)", folder, save_total_limit)
-            shutil.rmtree(folder, ignore_errors=True)
+            # Renamed first (atomic): a deletion that fails half way leaves no "checkpoint".
+            doomed = folder.with_name(DELETING_PREFIX + folder.name)
+            os.replace(folder, doomed)
+            shutil.rmtree(doomed)
+    for leftover in Path(output_dir).glob(DELETING_PREFIX + "checkpoint-*"):  # an earlier failed delete
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
@@ -315,3 +329,66 @@ def _move_incomplete_aside(chosen: Path) -> None:
             folder,
             target.name,
         )
+
+
+# ---- disk failures -------------------------------------------------------------------------------
+_HINTS = {
+    errno.ENOSPC: "free space on that disk, or set output_dir to another disk or a lower save_total_limit",
+    errno.EDQUOT: "free space within your quota, or set output_dir to another disk or a lower save_total_limit",
+    errno.EACCES: "make output_dir writable, or set output_dir to a folder you can write",
+    errno.EPERM: "make output_dir writable, or set output_dir to a folder you can write",
+    errno.EROFS: "the file system is read-only: set output_dir to a writable disk",
+}
+_OS_ERROR_RE = re.compile(r"os error (\d+)")  # safetensors' Rust I/O errors carry the errno here
+_TORCH_WRITE_RE = re.compile(r"PytorchStreamWriter|inline_container|file write failed|unexpected pos")
+
+
+def disk_error(
+    exc: BaseException, folder: str | os.PathLike, action: str | None = None
+) -> CheckpointError | None:
+    """``exc``, raised while writing checkpoint ``folder``, as one ``CheckpointError``; None when it
+    is not a write failure (a bug: re-raise it as it is).
+
+    ``OSError`` carries its errno; safetensors reports ``(os error N)`` in its message; torch's
+    zip writer only says that a write failed (``unexpected pos ...``), so then a probe write
+    next to ``folder`` finds the cause (a full or unwritable disk).
+    """
+    cause: OSError | None = exc if isinstance(exc, OSError) else None
+    if cause is None and (m := _OS_ERROR_RE.search(str(exc))):
+        code = int(m.group(1))
+        cause = OSError(code, os.strerror(code))
+    elif cause is None and isinstance(exc, RuntimeError) and _TORCH_WRITE_RE.search(str(exc)):
+        cause = _probe_write(Path(folder).parent) or OSError(errno.EIO, f"write failed ({exc})")
+    if cause is None:
+        return None
+    d = Path(folder)
+    code = cause.errno
+    reason = f"{cause.strerror or cause} (errno {code})" if code else str(cause)
+    where = f" ({Path(cause.filename).name})" if getattr(cause, "filename", None) else ""
+    last = last_complete_checkpoint(d.parent)
+    kept = (
+        f"; the last complete checkpoint, {Path(last).name}, is intact: resume_from_checkpoint=True resumes it"
+        if last and Path(last).resolve() != d.resolve()
+        else ("; no earlier complete checkpoint" if not last else f"; {d.name} itself is complete")
+    )
+    hint = _HINTS.get(code or 0, "check that output_dir is on a writable disk with free space")
+    action = action or f"write {d.name}"
+    return CheckpointError(f"could not {action} in {d.parent}{where}: {reason}{kept}", hint, errno=code)
+
+
+def _probe_write(folder: Path, size: int = 1 << 20) -> OSError | None:
+    """Write (and flush to disk) ``size`` bytes in ``folder``: the OSError it raises, or None."""
+    probe = folder / ".vf-write-probe"
+    try:
+        with open(probe, "wb") as fh:
+            fh.write(b"\0" * size)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        return e
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return None

@@ -36,6 +36,7 @@ from verifiers.training.config_rules import (
 )
 from verifiers.training.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
 from verifiers.training.losses import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
+from verifiers.training.processes import apply_collective_timeout, collective_timeout, cpu_distributed_backend
 from verifiers.training.trl_names import refuse_unknown_fields, scale_rewards_flag
 from verifiers.utils.logging import warn_once
 
@@ -53,6 +54,7 @@ DERIVED_FIELDS = (
     "max_tokens",
     "max_completion_length",
     "eval_steps",  # TrainingArguments': None -> logging_steps under eval_strategy="steps"
+    "ddp_timeout",  # None -> processes.collective_timeout
 )
 __all__ = [  # the names this module has always offered, some now defined next door
     "GRPOConfig",
@@ -143,6 +145,12 @@ class GRPOConfig(TrainingArguments):
     sync_weights_timeout: float = _f(
         300.0, "Seconds one weight (or adapter) sync to the server may take before failing."
     )
+    ddp_timeout: int | None = _f(
+        None,
+        "Seconds a collective between training processes may wait; it must outlast what the main "
+        "process does alone: max(sync_weights_timeout, async_generation_timeout) + 30. None: that, "
+        "and at least 1800 (a checkpoint write). Waits for the server and for batches never count.",
+    )
     lora_sync: str = _f(
         "auto",
         "How a PEFT model reaches the server: 'adapter' (only the LoRA tensors; the server needs "
@@ -216,7 +224,7 @@ class GRPOConfig(TrainingArguments):
         self.__dict__["_given"] = {name: getattr(self, name) for name in DERIVED_FIELDS}
         self._derive_fields()
         validate_fields(self)
-        self._cpu_distributed_backend()
+        cpu_distributed_backend(self)
         try:
             super().__post_init__()
         except ConfigError:
@@ -224,6 +232,7 @@ class GRPOConfig(TrainingArguments):
         except ValueError as err:  # TrainingArguments' own checks: the same kind of bad input
             raise training_args_error(self, err) from None
         self._derive_layout()
+        apply_collective_timeout(self.ddp_timeout)
         self.__dict__["_recording"] = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -251,6 +260,7 @@ class GRPOConfig(TrainingArguments):
             validate_fields(self)
             self._derive_training_args()
             self._derive_layout()
+            apply_collective_timeout(self.ddp_timeout)
         finally:
             self.__dict__["_recording"] = True
         return self
@@ -321,6 +331,8 @@ class GRPOConfig(TrainingArguments):
         if high is None:
             high = DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
         self._store("epsilon_high", high)
+        timeout = given["ddp_timeout"]
+        self._store("ddp_timeout", collective_timeout(self) if timeout is None else timeout)
 
     def _derive_layout(self) -> None:
         given = self.__dict__["_given"]
@@ -334,31 +346,6 @@ class GRPOConfig(TrainingArguments):
         )
         self._store("generation_batch_size", layout[0])
         self._store("steps_per_generation", layout[1])
-
-    def _cpu_distributed_backend(self) -> None:
-        """Several processes on a machine without CUDA (``accelerate launch``): use gloo.
-
-        DeepSpeed does not pick it by itself (it then fails a ``train_batch_size``
-        assertion), and ``use_cpu`` / ``ACCELERATE_USE_CPU=1`` make accelerate skip
-        DeepSpeed altogether, which would leave a ZeRO-3-partitioned model untrained.
-        """
-        import os
-
-        def flag(name: str) -> bool:
-            return os.environ.get(name, "").lower() in ("1", "true", "yes")
-
-        if flag("ACCELERATE_USE_DEEPSPEED") and (self.use_cpu or flag("ACCELERATE_USE_CPU")):
-            raise ConfigError(
-                "use_cpu=True (or ACCELERATE_USE_CPU=1) makes accelerate ignore the DeepSpeed config",
-                hint="on a CPU-only machine launch DeepSpeed without use_cpu / ACCELERATE_USE_CPU "
-                "(gloo is then chosen automatically), e.g. accelerate launch --config_file "
-                "configs/zero3-cpu.yaml train.py",
-            )
-        if self.ddp_backend is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            import torch
-
-            if not torch.cuda.is_available():
-                self.ddp_backend = "gloo"
 
     @property
     def eval_batch_size(self) -> int:

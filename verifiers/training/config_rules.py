@@ -88,6 +88,7 @@ def validate_fields(c: Any) -> None:
         fail(f"unknown lora_sync={c.lora_sync!r}", f"use one of: {', '.join(LORA_SYNC_MODES)}")
     for name in ("async_generation_timeout", "vllm_server_timeout", "sync_weights_timeout"):
         positive(name, getattr(c, name), "a number of seconds")
+    check_collective_timeout(c)
     if not 1 <= c.vllm_server_port <= 65535:
         fail(f"vllm_server_port={c.vllm_server_port} is not a TCP port", "use 1..65535")
     if c.importance_sampling_cap is not None and c.importance_sampling_cap < 1.0:
@@ -116,6 +117,22 @@ def validate_fields(c: Any) -> None:
         at_least("num_completions_to_print", c.num_completions_to_print, 1, "or None for all")
     if c.per_device_eval_batch_size is not None:
         at_least("per_device_eval_batch_size", c.per_device_eval_batch_size, 1, "or None for max_concurrent")
+
+
+def check_collective_timeout(c: Any) -> None:
+    """``ddp_timeout`` must outlast what the main process does while the others wait in a
+    collective (processes.py explains which waits count), or a healthy run fails on a timeout."""
+    from verifiers.training.processes import COLLECTIVE_MARGIN_S, min_collective_timeout
+
+    at_least("ddp_timeout", c.ddp_timeout, 1, "or None to derive it")
+    least = min_collective_timeout(c)
+    if c.ddp_timeout < least:
+        fail(
+            f"ddp_timeout={c.ddp_timeout} is shorter than what the main process may do alone while the "
+            f"others wait: max(sync_weights_timeout={c.sync_weights_timeout:g}, async_generation_timeout="
+            f"{c.async_generation_timeout:g}) + {COLLECTIVE_MARGIN_S} = {least} s",
+            f"set ddp_timeout >= {least}, lower those timeouts, or leave ddp_timeout unset (derived)",
+        )
 
 
 _ENUM_ERROR = re.compile(

@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from verifiers.errors import GenerationError, ServerUnreachableError
+from verifiers.errors import GenerationError, ServerUnreachableError, StopRequested
 from verifiers.training.batch_queue import BatchQueue
 from verifiers.training.producer import (
     GeneratedBatch,
@@ -151,6 +151,7 @@ class BatchGenerator:
         self.recovery = ServerRecovery(server, server_timeout, self.signal)
         self._model: str | None = None  # set_model's name, handed to the producer by the thread
         self._stopping = False
+        self._interrupted = False  # interrupt(): a stop signal; get() stops waiting
         self._progress = time.monotonic()  # last time the thread started an attempt
         self._thread: threading.Thread | None = None
         self._task: asyncio.Task | None = None  # the thread's main task (stop() cancels it)
@@ -164,18 +165,26 @@ class BatchGenerator:
             raise GenerationError("generator thread did not start within 30 s")
         return self
 
-    def get(self, index: int, resync: bool = False) -> GeneratedBatch | Resync:
+    def get(self, index: int, resync: bool = False) -> GeneratedBatch | Resync | StopRequested:
         """Batch ``index``; raises ``GenerationError`` on failure.
 
         Waits while the thread works on it (each attempt is bounded by ``timeout``,
         recovery from an outage by ``server_timeout``). With ``resync=True`` it
         returns a :class:`Resync` instead when the thread needs the weights pushed
-        again; the caller syncs (which calls ``resynced()``) and asks again.
+        again; the caller syncs (which calls ``resynced()``) and asks again. After
+        ``interrupt()`` it stops waiting: a ``StopRequested`` is returned (``resync=True``:
+        the trainer broadcasts it to its other processes) or raised. A batch already
+        ready is still returned (the trainer checks for the stop at the step's end).
         """
         self.queue.check_request(index)
         called = time.monotonic()
         with self.signal:
             while (batch := self.queue.take(index)) is None:
+                if self._interrupted:
+                    stop = StopRequested(f"stopped while waiting for batch {index}")
+                    if resync:
+                        return stop
+                    raise stop
                 if not self.alive and self._thread is not None:
                     raise GenerationError(f"generator thread is not running (waiting for batch {index})")
                 if resync and self.recovery.resync_wanted:
@@ -192,6 +201,12 @@ class BatchGenerator:
                 self.signal.wait(min(remaining, 1.0))
         self.signal.notify()  # a queue slot is free
         return self.queue.check_fresh(batch)
+
+    def interrupt(self) -> None:
+        """A stop signal arrived: wake a waiting ``get`` (which then raises ``StopRequested``).
+        Safe in a signal handler: one attribute write, and ``notify`` takes a reentrant lock."""
+        self._interrupted = True
+        self.signal.notify()
 
     def set_model(self, name: str) -> None:
         """The model name rollouts request from now on (e.g. the LoRA adapter's after a sync)."""
@@ -242,15 +257,20 @@ class BatchGenerator:
             future.cancel()
             raise GenerationError(f"coroutine did not finish within {timeout or self.timeout:.0f} s") from e
 
-    def state_dict(self) -> dict[str, Any]:
-        """Pending batches and producer state; waits for an in-flight batch so nothing is lost."""
+    def state_dict(self, wait: bool = True) -> dict[str, Any]:
+        """Pending batches and producer state; waits for an in-flight batch so nothing is lost.
+
+        ``wait=False`` (a run stopping on a signal) saves the in-flight batch as never
+        started instead: it was started after the last weight push (``wait_idle``), so a
+        resumed run generates it again from the same prompts and the same weights.
+        """
         deadline = time.monotonic() + self.timeout
         q = self.queue
         with self.signal:
             while q.in_flight is not None and q.error is None and self.alive:
-                if self.recovery.waiting and q.rewind is not None:
-                    # The server is away: save the in-flight batch as never started (the
-                    # producer as it was before it), rather than wait for the server.
+                if (self.recovery.waiting or not wait) and q.rewind is not None:
+                    # The server is away, or the run is stopping: save the in-flight batch as
+                    # never started (the producer as it was before it), rather than wait for it.
                     return {**q.snapshot(dict(q.rewind)), "next": q.in_flight}
                 if time.monotonic() > deadline:
                     raise GenerationError(f"batch {q.in_flight} still generating after {self.timeout:.0f} s")

@@ -44,6 +44,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("loss", "the step's loss (mean over micro-batches and processes)"),
     Metric("reward", "mean reward of the generation batch; it should rise"),
     Metric("reward_std", "spread (standard deviation) of the batch's rewards"),
+    Metric("reward/min", "lowest reward of the step's batches"),
+    Metric("reward/max", "highest reward of the step's batches"),
     Metric("rewards/<function>", "each reward function's mean score (its raw score, before weights)"),
     Metric(
         "entropy",

@@ -1,4 +1,4 @@
-"""Training metrics: per-step aggregation, rollout statistics, sample tables and curve plots.
+"""Training metrics: per-step aggregation, rollout statistics and sample tables (curves: curves.py).
 
 Every name logged here is registered, with its meaning, in ``metric_names.py``
 (the docs' metric table is generated from it). Failure counters (``errors/<kind>``,
@@ -14,18 +14,17 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from verifiers.envs.results import ERROR_METRIC
 from verifiers.rollout.failure import REWARD_NONFINITE, REWARD_RAISED, FailureKind, failure_of
+from verifiers.training.curves import CURVES_FILE, plot_curves  # noqa: F401 (0.2 names, re-exported)
 from verifiers.training.metric_names import BY_NAME
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.metrics")
 
-CURVES_FILE = "curves.png"
 EMPTY_COMPLETIONS = "completions/empty"
 
 SUMMED_PREFIXES = ("errors/", "completions/")
@@ -97,6 +96,8 @@ def rollout_metrics(
         "reward": mean,
         "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1)),
     }
+    if rewards:  # the band of curves.png stays within them
+        out["reward/min"], out["reward/max"] = float(min(rewards)), float(max(rewards))
     for name, values in outputs.metrics.items():
         if values and name != ERROR_METRIC:  # not a reward function: counted as rollout_errors below
             out[f"rewards/{name}"] = sum(values) / len(values)
@@ -211,12 +212,16 @@ def log_samples(
     step: int,
     num: int | None,
     to_wandb: bool = False,
+    tensorboard: Any = None,
 ) -> None:
-    """The sample table on the console, and as a W&B table when ``to_wandb``."""
+    """The sample table on the console, as a W&B table when ``to_wandb``, and as text to
+    ``tensorboard`` (a ``SummaryWriter``, see :func:`tensorboard_writer`) when given."""
     table = SampleTable.of(outputs, rewards, advantages, step, num)
     print_samples(table)
     if to_wandb:
         log_wandb_samples(table)
+    if tensorboard is not None:
+        log_tensorboard_samples(table, tensorboard)
 
 
 def print_samples(table: SampleTable) -> None:
@@ -247,39 +252,30 @@ def log_wandb_samples(table: SampleTable) -> None:
     wandb.log({"completions": out}, commit=False)
 
 
-def plot_curves(log_history: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:
-    """PNG of reward (with its std band) and loss against the optimizer step; None if nothing to plot."""
-    rows = [h for h in log_history if "step" in h and ("reward" in h or "loss" in h)]
-    if not rows:
-        return None
-    import matplotlib
+def tensorboard_writer(callbacks: Sequence[Any]) -> Any:
+    """The ``SummaryWriter`` of the Trainer's TensorBoard callback (``report_to="tensorboard"``),
+    so the samples land in the run's event file beside its scalars; None without one."""
+    for callback in callbacks:
+        if type(callback).__name__ == "TensorBoardCallback":
+            return getattr(callback, "tb_writer", None)  # None until on_train_begin has run
+    return None
 
-    matplotlib.use("Agg")  # no display on training machines
-    import matplotlib.pyplot as plt
 
-    fig, (ax_r, ax_l) = plt.subplots(1, 2, figsize=(10, 3.6))
-    reward = [(h["step"], h["reward"], h.get("reward_std", 0.0)) for h in rows if "reward" in h]
-    if reward:
-        steps, means, stds = zip(*reward, strict=True)
-        ax_r.plot(steps, means, marker=".", label="reward")
-        ax_r.fill_between(
-            steps,
-            [m - s for m, s in zip(means, stds, strict=True)],
-            [m + s for m, s in zip(means, stds, strict=True)],
-            alpha=0.2,
-        )
-    evals = [(h["step"], h["eval_reward"]) for h in log_history if "eval_reward" in h and "step" in h]
-    if evals:
-        ax_r.plot(*zip(*evals, strict=True), marker="o", linestyle="--", label="eval reward")
-    ax_r.set(title="reward", xlabel="step")
-    ax_r.legend(loc="best")
-    loss = [(h["step"], h["loss"]) for h in rows if "loss" in h]
-    if loss:
-        ax_l.plot(*zip(*loss, strict=True), marker=".", color="tab:red")
-    ax_l.set(title="loss", xlabel="step")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+def samples_markdown(table: SampleTable) -> str:
+    """The samples as a Markdown table (TensorBoard's text tab renders it): one row per rollout."""
+    from verifiers.utils.display import format_messages
+
+    def cell(value: Any) -> str:
+        return format_messages(value).replace("|", "\\|").replace("\n", "<br>")
+
+    names = list(table.columns)
+    lines = ["| prompt | completion | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for i, (prompt, completion) in enumerate(zip(table.prompts, table.completions, strict=True)):
+        values = " | ".join(f"{float(table.columns[name][i]):.3f}" for name in names)
+        lines.append(f"| {cell(prompt)} | {cell(completion)} | {values} |")
+    return "\n".join(lines)
+
+
+def log_tensorboard_samples(table: SampleTable, writer: Any) -> None:
+    """The samples as text under the tag ``completions`` at the table's step."""
+    writer.add_text("completions", samples_markdown(table), global_step=table.step)

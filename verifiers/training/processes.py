@@ -1,13 +1,40 @@
-"""Training across several processes (accelerate): one object to all, and step metrics from all.
+"""Training across several processes (accelerate): one object to all, step metrics from all,
+waiting together, and the collective timeout.
 
-Both are collective: every process must call them, in the same order.
+``broadcast``, ``combine_metrics`` and ``wait_together`` are collective: every process must
+call them, in the same order.
+
+Why ranks never hang: only the main process talks to the server, so whenever it waits
+(for the server to be ready or to come back, for a generation batch) the other processes
+wait for it in a collective. ``wait_together`` keeps every such collective short: the
+main process does the wait in a helper thread and broadcasts a heartbeat every
+``HEARTBEAT_S`` seconds, then the outcome: the result, or its failure as one line that every
+process raises (``RankFailedError``). The collective timeout (``ddp_timeout``) then only has
+to outlast what the main process does alone between two collectives: one weight push
+(``sync_weights_timeout``), one generation batch (``async_generation_timeout``, e.g. while a
+checkpoint saves the generator's state) and checkpoint writes (TrainingArguments' 30
+minutes stays the floor for those); ``collective_timeout`` derives it, and a rank that hangs
+without exiting is ended by it. A rank that crashes is ended by the launcher (torchrun stops
+the others at once).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import torch
+
+from verifiers.errors import RankFailedError, StopRequested
+
+T = TypeVar("T")
+
+HEARTBEAT_S = 5.0  # the main process tells the others it is still waiting this often
+COLLECTIVE_MARGIN_S = 30  # above the longest lone wait: heartbeats, the rest of the step, slow hosts
+CHECKPOINT_WRITE_S = 1800  # TrainingArguments' default ddp_timeout: a large model's checkpoint write
 
 
 def broadcast(accelerator: Any, obj: Any) -> Any:
@@ -33,3 +60,104 @@ def combine_metrics(accelerator: Any, values: dict[str, float], device: Any) -> 
     hi = torch.where(valid, every, -torch.inf).max(0).values
     pick = {"min": lo, "max": hi}
     return {n: float(pick.get(n.rsplit("/", 1)[-1], mean)[i]) for i, n in enumerate(names)}
+
+
+def wait_together(accelerator: Any, work: Callable[[], T], what: str, *, share: bool = True) -> T | None:
+    """``work()`` on the main process while the others wait for it in short collectives.
+
+    Returns its result on every process (``share=False``: ``None`` on the others, for results
+    that cannot be pickled). If it raises, the main process raises it and every other process
+    raises ``RankFailedError`` with its line ("... while <what>"). One process: ``work()``.
+    """
+    if getattr(accelerator, "num_processes", 1) == 1:
+        return work()
+    if not accelerator.is_main_process:
+        while True:
+            outcome = broadcast(accelerator, None)
+            if outcome[0] == "done":
+                return outcome[1]
+            if outcome[0] == "stop":  # a stop signal, not a failure: every process stops the same way
+                raise StopRequested(outcome[1])
+            if outcome[0] == "failed":
+                raise RankFailedError(f"the main process failed while {what}: {outcome[1]}")
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as err:  # handed to the main thread, raised there
+            box["error"] = err
+        finally:
+            done.set()
+
+    # A daemon thread: a wait that never ends must not keep the process from exiting.
+    threading.Thread(target=run, name=f"vf-wait ({what})", daemon=True).start()
+    try:
+        while not done.wait(HEARTBEAT_S):
+            broadcast(accelerator, ("waiting",))
+    except BaseException as err:  # e.g. Ctrl-C in this thread: release the others with its line
+        broadcast(accelerator, _failure(err))
+        raise
+    if "error" in box:
+        broadcast(accelerator, _failure(box["error"]))
+        raise box["error"]
+    broadcast(accelerator, ("done", box["value"] if share else None))
+    return box["value"]
+
+
+def _failure(err: BaseException) -> tuple[str, str]:
+    """What the other processes get: a stop (``StopRequested``) as such, anything else as its line."""
+    if isinstance(err, StopRequested):
+        return ("stop", str(err))
+    text = " ".join(str(err).split())
+    return ("failed", f"{type(err).__name__}: {text}" if text else type(err).__name__)
+
+
+def min_collective_timeout(args: Any) -> int:
+    """The shortest ``ddp_timeout`` that outlasts the longest wait the main process does alone."""
+    lone = max(args.sync_weights_timeout, args.async_generation_timeout)
+    return math.ceil(lone) + COLLECTIVE_MARGIN_S
+
+
+def collective_timeout(args: Any) -> int:
+    """The derived ``ddp_timeout``: ``min_collective_timeout``, at least ``CHECKPOINT_WRITE_S``."""
+    return max(CHECKPOINT_WRITE_S, min_collective_timeout(args))
+
+
+def apply_collective_timeout(seconds: float) -> None:
+    """Set the running process group's timeout (if there is one): transformers passes
+    ``ddp_timeout`` to it only in some set-ups (not with ``use_cpu`` / ``ACCELERATE_USE_CPU``),
+    and a value assigned after the group started would otherwise be ignored."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    if set_timeout is not None:
+        set_timeout(timedelta(seconds=seconds))
+
+
+def cpu_distributed_backend(args: Any) -> None:
+    """Several processes on a machine without CUDA (``accelerate launch``): use gloo.
+
+    DeepSpeed does not pick it by itself (it then fails a ``train_batch_size``
+    assertion), and ``use_cpu`` / ``ACCELERATE_USE_CPU=1`` make accelerate skip
+    DeepSpeed altogether, which would leave a ZeRO-3-partitioned model untrained.
+    """
+    import os
+
+    from verifiers.errors import ConfigError
+
+    def flag(name: str) -> bool:
+        return os.environ.get(name, "").lower() in ("1", "true", "yes")
+
+    if flag("ACCELERATE_USE_DEEPSPEED") and (args.use_cpu or flag("ACCELERATE_USE_CPU")):
+        raise ConfigError(
+            "use_cpu=True (or ACCELERATE_USE_CPU=1) makes accelerate ignore the DeepSpeed config",
+            hint="on a CPU-only machine launch DeepSpeed without use_cpu / ACCELERATE_USE_CPU "
+            "(gloo is then chosen automatically), e.g. accelerate launch --config_file "
+            "configs/zero3-cpu.yaml train.py",
+        )
+    if args.ddp_backend is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if not torch.cuda.is_available():
+            args.ddp_backend = "gloo"

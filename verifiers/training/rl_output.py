@@ -1,10 +1,12 @@
-"""What an ``RLTrainer`` run shows: the one-line step summary, the metrics file, the sample schedule."""
+"""What an ``RLTrainer`` run shows: the one-line step summary (metrics, elapsed time, ETA, where
+the step's time went), the metrics file, the sample schedule."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +23,86 @@ STEP_FIELDS = (  # (log key, label, format)
 )
 
 
-def format_step_line(step: int, max_steps: int, logs: dict[str, Any]) -> str:
-    """``Step 12/100: reward=0.520 entropy=2.310 importance_ratio=1.010 loss=0.0123 lr=1.00e-05``."""
-    parts = [
-        f"{label}={logs[key]:{fmt}}"
-        for key, label, fmt in STEP_FIELDS
-        if isinstance(logs.get(key), (int, float)) and not isinstance(logs.get(key), bool)
-    ]
-    return f"Step {step}/{max_steps}: " + " ".join(parts)
+STEP_SPLIT = (  # where a step's time went: (log key, label), in the order they happen
+    ("time/wait_generation_s", "gen-wait"),
+    ("time/train_s", "train"),
+    ("time/sync_s", "sync"),
+)
+STEP_TIME = "time/step_s"
+ETA_WINDOW = 10
+"""Steps whose mean duration gives the ETA: recent enough to follow a run whose steps get
+slower (longer completions), long enough to smooth one slow step, and the first step's
+warm-up (server connection, a first batch generated with nothing to overlap) drops out."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def format_duration(seconds: float, coarse: bool = False) -> str:
+    """``45s``, ``3m12s``, ``1h04m``; ``coarse`` drops the seconds past a minute (``14m``), for an ETA."""
+    s = max(int(round(seconds)), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{round(s / 60)}m" if coarse else f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def format_timing(logs: dict[str, Any], elapsed_s: float | None, eta_s: float | None) -> str:
+    """``3m12s elapsed, ETA 14m | gen-wait 4.1s train 9.8s sync 0.6s``; parts not known are left out."""
+    clock = []
+    if elapsed_s is not None:
+        clock.append(f"{format_duration(elapsed_s)} elapsed")
+    if eta_s is not None:
+        clock.append(f"ETA {format_duration(eta_s, coarse=True)}")
+    split = " ".join(f"{label} {logs[key]:.1f}s" for key, label in STEP_SPLIT if _number(logs.get(key)))
+    return " | ".join(part for part in (", ".join(clock), split) if part)
+
+
+def format_step_line(
+    step: int,
+    max_steps: int,
+    logs: dict[str, Any],
+    elapsed_s: float | None = None,
+    eta_s: float | None = None,
+) -> str:
+    """``Step 12/100: reward=0.520 entropy=2.310 importance_ratio=1.010 loss=0.0123 lr=1.00e-05``,
+    then, when the trainer timed the step, `` | 3m12s elapsed, ETA 14m | gen-wait 4.1s train 9.8s sync 0.6s``."""
+    parts = [f"{label}={logs[key]:{fmt}}" for key, label, fmt in STEP_FIELDS if _number(logs.get(key))]
+    line = f"Step {step}/{max_steps}: " + " ".join(parts)
+    timing = format_timing(logs, elapsed_s, eta_s) if _number(logs.get(STEP_TIME)) else ""
+    return f"{line} | {timing}" if timing else line
+
+
+class StepClock:
+    """Elapsed time since training began, and the ETA: the mean ``time/step_s`` of the last
+    ``ETA_WINDOW`` steps times the steps left.
+
+    A log covering several steps (``logging_steps`` > 1) carries their mean step time and
+    counts as that many steps.
+    """
+
+    def __init__(self, window: int = ETA_WINDOW):
+        self.started = time.perf_counter()
+        self.recent: deque[float] = deque(maxlen=window)
+        self.last_step: int | None = None
+
+    def start(self, step: int) -> None:
+        """Training begins (or resumes) at ``step``: elapsed counts from now."""
+        self.started = time.perf_counter()
+        self.recent.clear()
+        self.last_step = step
+
+    def tick(self, step: int, max_steps: int, step_s: float) -> tuple[float, float | None]:
+        """Record the steps up to ``step`` (each ``step_s`` long); return (elapsed, ETA or None)."""
+        covered = step - self.last_step if self.last_step is not None else 1
+        self.recent.extend([step_s] * max(min(covered, self.recent.maxlen or 1), 1))
+        self.last_step = step
+        elapsed = time.perf_counter() - self.started
+        if max_steps <= 0:
+            return elapsed, None
+        return elapsed, sum(self.recent) / len(self.recent) * max(max_steps - step, 0)
 
 
 def is_main_process() -> bool:
@@ -47,7 +121,10 @@ class StepLogger(TrainerCallback):
 
     def __init__(self, output_dir: str):
         self.path = Path(output_dir) / "runs" / METRICS_FILE
-        self.started = time.perf_counter()
+        self.clock = StepClock()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.clock.start(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -68,7 +145,10 @@ class StepLogger(TrainerCallback):
                 flush=True,
             )
         elif "loss" in logs or "reward" in logs:
-            print(format_step_line(state.global_step, state.max_steps, logs), flush=True)
+            elapsed = eta = None
+            if _number(logs.get(STEP_TIME)):
+                elapsed, eta = self.clock.tick(state.global_step, state.max_steps, float(logs[STEP_TIME]))
+            print(format_step_line(state.global_step, state.max_steps, logs, elapsed, eta), flush=True)
 
 
 class SampleSchedule(TrainerCallback):

@@ -4,17 +4,21 @@ Its client (main process only: the other processes never talk to the server),
 the weight syncer (every process: under ZeRO-3 gathering the weights is
 collective), and the model name rollouts request (the base model's, or the
 LoRA adapter's once adapters are synced). A lost server during a sync is waited
-out (recovery.py).
+out (recovery.py); with several processes every one of them waits for it together
+(processes.wait_together), and so they do for the server's start.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from verifiers.training.processes import broadcast
-from verifiers.training.recovery import sync_through_outages
+from verifiers.errors import ServerError
+from verifiers.inference.client import is_server_lost
+from verifiers.training.processes import broadcast, wait_together
+from verifiers.training.recovery import sync_through_outages, warn_server_lost
 from verifiers.training.sync import WeightSyncer, is_peft_model
 
 logger = logging.getLogger("verifiers.training.server_link")
@@ -29,12 +33,16 @@ class ServerLink:
     def __init__(self, args: Any, accelerator: Any, client: Any = None):
         self.args, self.accelerator, self.client = args, accelerator, client
         self.syncer: WeightSyncer | None = None
+        self._latch: _OutageLatch | None = None  # the main process's client in a multi-process sync
         self.base_model_name: str | None = None
 
     def connect(self) -> Any:
-        """The server's client (main process only): connect and wait until it is ready."""
-        if not self.accelerator.is_main_process:
-            return None
+        """The server's client (main process; None on the others): connect and wait until it is
+        ready. Collective: the other processes wait with the main one (``wait_together``)."""
+        what = "waiting for the vLLM server to be ready"
+        return wait_together(self.accelerator, self._connect, what, share=False)
+
+    def _connect(self) -> Any:
         if self.client is None:
             from verifiers.inference.client import VLLMClient
 
@@ -51,6 +59,8 @@ class ServerLink:
         """The syncer for ``model`` (unwrapped), made on first use."""
         if self.syncer is None:
             client = self.connect()
+            if self._several():
+                client = self._latch = _OutageLatch(client)
             self.syncer = WeightSyncer(
                 client,
                 model,
@@ -66,7 +76,30 @@ class ServerLink:
     def sync(self, model: Any, *, gather: Callable[..., Any], on_outage: Callable[[], None]) -> Any:
         """Push the weights, waiting out a lost server (``on_outage`` counts each); the sync's result."""
         syncer = self.make_syncer(model, gather=gather)
-        return sync_through_outages(syncer.sync, self.client, self.args.vllm_server_timeout, on_outage)
+        timeout = self.args.vllm_server_timeout
+        if not self._several():
+            return sync_through_outages(syncer.sync, self.client, timeout, on_outage)
+        # Several processes: a sync is collective (gathers under ZeRO-3), so the main process
+        # finishes it even when the server is lost (the latch skips the sends), then all of
+        # them learn of the loss, wait for the server together and push everything again.
+        while True:
+            result = syncer.sync()
+            lost = self._latch.take() if self._latch is not None else None  # main process only
+            if not broadcast(self.accelerator, lost is not None):
+                return result
+            what = "waiting for the vLLM server to come back during a weight sync"
+            wait_together(self.accelerator, partial(self._wait_for_server, lost, timeout), what, share=False)
+            on_outage()
+
+    def _several(self) -> bool:
+        return getattr(self.accelerator, "num_processes", 1) > 1
+
+    def _wait_for_server(self, err: ServerError, timeout: float) -> None:
+        """Main process: wait for the lost server (``err`` again if the client cannot wait)."""
+        if not callable(getattr(self.client, "wait_for_server", None)):
+            raise err
+        warn_server_lost(err, timeout)
+        self.client.wait_for_server(timeout)
 
     @property
     def served_model_name(self) -> str | None:
@@ -91,3 +124,36 @@ class ServerLink:
         if device == "cpu":
             logger.info("the vLLM server runs on CPU: syncing merged weights (lora_sync='auto')")
         return device != "cpu"
+
+
+class _OutageLatch:
+    """The main process's client in a multi-process weight sync: when the server is lost, the
+    rest of the sync's requests are skipped instead of raised (the other processes are in its
+    gathers and would wait for the main one forever); ``take()`` then returns the loss."""
+
+    PUSHES = frozenset({"update_weights", "update_lora", "reset_prefix_cache"})
+
+    def __init__(self, client: Any):
+        self.client, self.lost = client, None
+
+    def take(self) -> ServerError | None:
+        lost, self.lost = self.lost, None
+        return lost
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.client, name)
+        if name not in self.PUSHES:
+            return attr
+
+        def push(*args: Any, **kwargs: Any) -> Any:
+            if self.lost is not None:
+                return None
+            try:
+                return attr(*args, **kwargs)
+            except ServerError as err:
+                if not is_server_lost(err):
+                    raise
+                self.lost = err
+                return None
+
+        return push

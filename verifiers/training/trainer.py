@@ -13,6 +13,8 @@ Wiring only; each stage lives in its own module:
     recovery.py   a lost server: wait for it, re-sync the weights, go on
     metrics.py    per-step metrics, sample tables, curves
     checkpoint.py pending rollouts and the batch in training, saved (as data) with each checkpoint
+    checkpoint_save.py  the order of a save, and disk failures as one CheckpointError
+    shutdown.py   SIGINT / SIGTERM: finish the step, save it, exit 130 / 143
 
 How ``Trainer``'s loop drives it: the train dataloader yields *step tickets*
 (``{"micro_step": m}``, ``max_steps × gradient_accumulation_steps`` of them), not
@@ -38,18 +40,20 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 
-from verifiers.errors import ConfigError
+from verifiers.errors import ConfigError, StopRequested
 from verifiers.training import checkpoint as ckpt
 from verifiers.training import metrics as M
 from verifiers.training.buffer import Buffer, build_buffer, eval_logprobs, train_batch
+from verifiers.training.checkpoint_save import save_checkpoint
 from verifiers.training.config import GRPOConfig
 from verifiers.training.generator import BatchGenerator, build_generator
 from verifiers.training.logprobs import sequence_logprobs
 from verifiers.training.losses import compute_loss, step_loss_scale
-from verifiers.training.processes import broadcast, combine_metrics
+from verifiers.training.processes import broadcast, combine_metrics, wait_together
 from verifiers.training.producer import GeneratedBatch, PromptTruncation, sampling_args_from_config
 from verifiers.training.recovery import Resync
 from verifiers.training.server_link import ServerLink
+from verifiers.training.shutdown import StopAtStepEnd, StopSignals, conclude, max_over_processes
 from verifiers.training.sync import (
     WeightSyncer,
     is_peft_model,
@@ -144,6 +148,9 @@ class GRPOTrainer(Trainer):
             max_completion_length=args.max_tokens or (args.max_seq_len - args.max_prompt_length),
         )
         self.add_callback(_StepEnd(self))
+        wake = lambda: self.generator.interrupt() if self.generator else None  # noqa: E731
+        self.stop_signals = StopSignals(announce=self.accelerator.is_main_process, on_first=wake)
+        self.add_callback(StopAtStepEnd(self))  # after _StepEnd: a stop saves the synced step
 
     # ---- Trainer hooks: data -------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -165,10 +172,8 @@ class GRPOTrainer(Trainer):
 
     @property
     def trained_rollouts(self) -> list[str]:
-        """Ids of the rollouts in the generation batch the latest step trained on (e.g. read in a
-        callback's ``on_step_end``): ``"<batch>.<k>:<digest>"``, rollout ``k`` of generation batch
-        ``batch`` and a hash of its prompt and completion. A step trains a slice of the batch when
-        ``steps_per_generation > gradient_accumulation_steps`` or ``num_iterations > 1``."""
+        """Ids (``"<batch>.<k>:<digest of prompt and completion>"``) of the rollouts the latest step
+        trained on (a slice of the batch when it spans several steps), e.g. for ``on_step_end``."""
         return list(getattr(self._buffer, "rollout_ids", [])) if self._buffer is not None else []
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
@@ -222,8 +227,10 @@ class GRPOTrainer(Trainer):
             return restored
         t0 = time.perf_counter()
         while True:  # Resync: the server came back from an outage and needs our weights first
-            batch = self.generator.get(g, resync=True) if self.accelerator.is_main_process else None
-            batch = self._broadcast(batch)
+            get = lambda: self.generator.get(g, resync=True)  # noqa: E731 (others: heartbeats, no timeout)
+            batch = wait_together(self.accelerator, get, f"waiting for generation batch {g}")
+            if isinstance(batch, StopRequested):  # a signal: every process leaves the step, none trains
+                raise batch
             if not isinstance(batch, Resync):
                 break
             self._sync_weights()
@@ -258,7 +265,10 @@ class GRPOTrainer(Trainer):
         ):
             wandb = "wandb" in (args.report_to or [])
             adv = advantages_B.tolist()
-            M.log_samples(outputs, rewards, adv, self.state.global_step, args.num_completions_to_print, wandb)
+            tb = M.tensorboard_writer(self.callback_handler.callbacks)
+            M.log_samples(
+                outputs, rewards, adv, self.state.global_step, args.num_completions_to_print, wandb, tb
+            )
         return build_buffer(
             batch,
             train,
@@ -321,8 +331,9 @@ class GRPOTrainer(Trainer):
     def _sync_weights(self) -> None:
         """Push the weights (waiting out a lost server), then tell the generator the model to request."""
         model = self.accelerator.unwrap_model(self.model_wrapped)
-        outage = {"errors/server_restarts": 1.0}
-        result = self.server.sync(model, gather=self._gather(), on_outage=lambda: self.metrics.add(outage))
+        on_outage = lambda: self.metrics.add({"errors/server_restarts": 1.0})  # noqa: E731
+        with self.stop_signals.interruptible(self.accelerator.num_processes == 1):  # a lost server's wait
+            result = self.server.sync(model, gather=self._gather(), on_outage=on_outage)
         self.metrics.add({"time/sync_s": result.seconds})
         if self.generator is not None:
             self.generator.set_model(self._served_model_name())
@@ -337,7 +348,8 @@ class GRPOTrainer(Trainer):
         if self._started:
             return
         self._started = True
-        self.server.connect()
+        with self.stop_signals.interruptible(self.accelerator.num_processes == 1):  # waiting for the server
+            self.server.connect()
         self._sync_weights()
         if self.accelerator.is_main_process:
             self._start_generator()
@@ -351,6 +363,8 @@ class GRPOTrainer(Trainer):
             self.args, self._process,
             trained=trained, state=state,
         )  # fmt: skip
+        if self.stop_signals.requested:  # signalled while connecting: get() must not wait
+            self.generator.interrupt()
 
     def _process(self, outputs):
         a = self.args
@@ -372,7 +386,9 @@ class GRPOTrainer(Trainer):
         # Never push weights into a batch being generated: its rollouts would mix two policies,
         # and where the switch falls depends on timing, so a seeded run (or a resume) could not
         # reproduce it. With num_batches_ahead=1 it costs little: the next step waits for that batch anyway.
-        if self.generator is not None and not self.generator.wait_idle():
+        in_flight = lambda: self.generator is None or self.generator.wait_idle()  # noqa: E731
+        idle = wait_together(self.accelerator, in_flight, "waiting for the batch in flight")
+        if self.generator is not None and not idle:
             warn_once(
                 logger,
                 "sync-during-generation",
@@ -401,23 +417,23 @@ class GRPOTrainer(Trainer):
         self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"
     ) -> dict[str, float]:
         """Roll out the env's eval split through the server and log its mean reward."""
-        metrics: dict[str, float] = {}
         self._ensure_started()
-        if self.accelerator.is_main_process:
-            sampling = sampling_args_from_config(self.args)
-            coro = self.env.a_evaluate(
-                self.client, self._served_model_name(), sampling, max_concurrent=self._eval_concurrency()
-            )
-            outputs = self.generator.run(coro)
-            rewards = list(outputs.reward)
-            stats = M.rollout_metrics(outputs, None, rewards)
-            metrics = {f"{metric_key_prefix}_{k.replace('/', '_')}": v for k, v in stats.items()}
-        metrics = self._broadcast(metrics)
+        metrics = wait_together(self.accelerator, lambda: self._eval_metrics(metric_key_prefix), "evaluating")
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         if not self.is_in_train:
             self.stop_generation()
         return metrics
+
+    def _eval_metrics(self, prefix: str) -> dict[str, float]:
+        """The eval split's rollout metrics (main process: the one that talks to the server)."""
+        sampling = sampling_args_from_config(self.args)
+        coro = self.env.a_evaluate(
+            self.client, self._served_model_name(), sampling, max_concurrent=self._eval_concurrency()
+        )
+        outputs = self.generator.run(coro)
+        stats = M.rollout_metrics(outputs, None, list(outputs.reward))
+        return {f"{prefix}_{k.replace('/', '_')}": v for k, v in stats.items()}
 
     def _eval_concurrency(self) -> int:
         """Eval rollouts in flight: ``per_device_eval_batch_size`` × processes, else ``max_concurrent``."""
@@ -447,11 +463,18 @@ class GRPOTrainer(Trainer):
         )
         self._resume_dir = resume_from_checkpoint or None
         self._buffer = None
+        self.stop_signals.install()  # SIGINT / SIGTERM: save the step, raise TrainingStopped (shutdown.py)
         try:
-            out = super().train(resume_from_checkpoint=resume_from_checkpoint or None, trial=trial, **kwargs)
+            try:
+                out = super().train(resume_from_checkpoint=self._resume_dir, trial=trial, **kwargs)
+            except StopRequested:
+                out = None
+            if signum := max_over_processes(self.accelerator, self.stop_signals.signum, self.args.device):
+                conclude(self, signum)  # saves before the generator stops: its state goes in
             self._plot(self.args.output_dir)
             return out
         finally:
+            self.stop_signals.restore()
             self.stop_generation()
 
     def stop_generation(self) -> None:
@@ -469,26 +492,8 @@ class GRPOTrainer(Trainer):
         super().log(logs, start_time)
 
     def _save_checkpoint(self, model, trial) -> None:
-        folder = os.path.join(self._get_output_dir(trial), f"checkpoint-{self.state.global_step}")
-        if self.args.should_save:
-            ckpt.unmark(folder)  # re-saving a step after a resume: incomplete until marked again
-        # Trainer would rotate old checkpoints before this one is complete; rotate after marking it.
-        limit, self.args.save_total_limit = self.args.save_total_limit, None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
-        mid_batch = self.state.global_step * self.args.gradient_accumulation_steps % self.micro_per_batch != 0
-        ckpt.save_buffer(folder, self.accelerator.process_index, self._buffer if mid_batch else None)
-        if self.accelerator.is_main_process:
-            if self.generator is not None:
-                ckpt.save_generator_state(folder, self.generator.state_dict())
-            self._plot(folder)
-            self._plot(self.args.output_dir)
-        self.accelerator.wait_for_everyone()  # every rank's files are in place before the mark
-        if self.args.should_save:
-            ckpt.mark_complete(folder, self.state.global_step)
-            ckpt.rotate(self._get_output_dir(trial), limit, keep=self.state.best_model_checkpoint)
+        # Our files, the completeness mark, rotation after it, disk failures: checkpoint_save.py.
+        save_checkpoint(self, trial, super()._save_checkpoint)
 
     def _plot(self, folder: str) -> None:
         if self.accelerator.is_main_process:
