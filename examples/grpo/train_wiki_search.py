@@ -16,7 +16,7 @@ Hermes format, e.g. --model Qwen/Qwen2.5-1.5B-Instruct on a GPU, and serve it.
 
     vf-install wiki-search
     MODEL=$(vf-models smollm2 | tail -n1)      # SmolLM2 as a local folder, built once
-    vf-vllm --model "$MODEL" --port 8000 --max-model-len 2048 --enable-lora --max-lora-rank 8 \\
+    vf-vllm --model "$MODEL" --port 8000 --max-model-len 3072 --enable-lora --max-lora-rank 8 \\
         --enable-auto-tool-choice --tool-call-parser hermes \\
         --enforce-eager --dtype float32 --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
 
@@ -68,8 +68,8 @@ def main() -> None:
         # grpo_defaults: one optimizer step = 4 questions x 8 rollouts, no KL penalty, no reporting,
         # the server on loopback; below, what this task needs.
         max_tokens=192,  # per model turn: a tool call or the answer
-        max_prompt_length=768,  # system prompt, question and (with a tool template) the schemas
-        max_seq_len=2048,  # the whole rollout: every turn and tool result
+        max_prompt_length=1536,  # system prompt, tool schemas, four worked questions and the question
+        max_seq_len=3072,  # the whole rollout: every turn and tool result
         learning_rate=5e-5,  # a LoRA rate; grpo_defaults' 1e-6 suits full fine-tuning
         vllm_server_port=cli.port,
     )
