@@ -139,13 +139,24 @@ def launch(model: Path, out: Path, *args: str, limit: float, kind: str = "ddp") 
         cmd += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
                 "--dynamo_backend", "no"]  # fmt: skip
     cmd += [str(SCRIPT), "--model", str(model), "--out", str(out), *args]
+    # On a timeout, SIGTERM the launcher: torchrun passes it on and SIGKILLs the workers (their
+    # own sessions, out of our reach) 5 s later, so no hung rank outlives the test.
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "5"
     start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired as err:
-        text = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
-        pytest.fail(f"the run did not end within {limit:.0f} s:\n{text[-4000:]}")
-    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+        text, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            text, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        pytest.fail(f"the run did not end within {limit:.0f} s:\n{(text or '')[-4000:]}")
+    return proc.returncode, text, time.monotonic() - start
 
 
 def finished(text: str) -> bool:
