@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from verifiers.errors import CheckpointError
 from verifiers.training import checkpoint as ckpt
-from verifiers.training.shutdown import max_over_processes
+from verifiers.training.processes import max_over_processes
 
 if TYPE_CHECKING:
     from verifiers.training.trainer import GRPOTrainer

@@ -1,8 +1,8 @@
 """Training across several processes (accelerate): one object to all, step metrics from all,
 waiting together, and the collective timeout.
 
-``broadcast``, ``combine_metrics`` and ``wait_together`` are collective: every process must
-call them, in the same order.
+``broadcast``, ``combine_metrics``, ``max_over_processes`` and ``wait_together`` are
+collective: every process must call them, in the same order.
 
 Why ranks never hang: only the main process talks to the server, so whenever it waits
 (for the server to be ready or to come back, for a generation batch) the other processes
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from verifiers.errors import RankFailedError, StopRequested
+from verifiers.errors import ConfigError, RankFailedError, StopRequested
 
 T = TypeVar("T")
 
@@ -60,6 +60,15 @@ def combine_metrics(accelerator: Any, values: dict[str, float], device: Any) -> 
     hi = torch.where(valid, every, -torch.inf).max(0).values
     pick = {"min": lo, "max": hi}
     return {n: float(pick.get(n.rsplit("/", 1)[-1], mean)[i]) for i, n in enumerate(names)}
+
+
+def max_over_processes(accelerator: Any, value: int | None, device: Any) -> int:
+    """The largest ``value`` (None: 0) over all processes, the same on each (collective: every
+    process calls it). For a stop signal: one that reached any process stops them all."""
+    if accelerator.num_processes == 1:
+        return int(value or 0)
+    every = accelerator.gather(torch.tensor([float(value or 0)], device=device))
+    return int(every.max().item())
 
 
 def wait_together(accelerator: Any, work: Callable[[], T], what: str, *, share: bool = True) -> T | None:
@@ -145,8 +154,6 @@ def cpu_distributed_backend(args: Any) -> None:
     DeepSpeed altogether, which would leave a ZeRO-3-partitioned model untrained.
     """
     import os
-
-    from verifiers.errors import ConfigError
 
     def flag(name: str) -> bool:
         return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -69,11 +69,19 @@ def sync_through_outages(
         try:
             return sync()
         except ServerError as e:
-            if not (is_server_lost(e) and callable(getattr(client, "wait_for_server", None))):
+            if not is_server_lost(e):
                 raise
-            warn_server_lost(e, timeout)
-            client.wait_for_server(timeout)
+            wait_out_outage(e, client, timeout)
             on_outage()
+
+
+def wait_out_outage(err: ServerError, client: Any, timeout: float) -> None:
+    """Wait (up to ``timeout``) for ``client``'s lost server to come back; ``err`` again if the
+    client cannot wait (no ``wait_for_server``)."""
+    if not callable(getattr(client, "wait_for_server", None)):
+        raise err
+    warn_server_lost(err, timeout)
+    client.wait_for_server(timeout)
 
 
 class Signal(Protocol):

@@ -18,7 +18,7 @@ from typing import Any
 from verifiers.errors import ServerError
 from verifiers.inference.client import is_server_lost
 from verifiers.training.processes import broadcast, wait_together
-from verifiers.training.recovery import sync_through_outages, warn_server_lost
+from verifiers.training.recovery import sync_through_outages, wait_out_outage
 from verifiers.training.sync import WeightSyncer, is_peft_model
 
 logger = logging.getLogger("verifiers.training.server_link")
@@ -88,18 +88,13 @@ class ServerLink:
             if not broadcast(self.accelerator, lost is not None):
                 return result
             what = "waiting for the vLLM server to come back during a weight sync"
-            wait_together(self.accelerator, partial(self._wait_for_server, lost, timeout), what, share=False)
+            wait_together(
+                self.accelerator, partial(wait_out_outage, lost, self.client, timeout), what, share=False
+            )
             on_outage()
 
     def _several(self) -> bool:
         return getattr(self.accelerator, "num_processes", 1) > 1
-
-    def _wait_for_server(self, err: ServerError, timeout: float) -> None:
-        """Main process: wait for the lost server (``err`` again if the client cannot wait)."""
-        if not callable(getattr(self.client, "wait_for_server", None)):
-            raise err
-        warn_server_lost(err, timeout)
-        self.client.wait_for_server(timeout)
 
     @property
     def served_model_name(self) -> str | None:

@@ -52,7 +52,7 @@ from transformers import TrainerCallback
 
 from verifiers.errors import StopRequested, TrainingStopped
 from verifiers.training import checkpoint as ckpt
-from verifiers.training.processes import broadcast
+from verifiers.training.processes import broadcast, max_over_processes
 
 if TYPE_CHECKING:
     from verifiers.training.trainer import GRPOTrainer
@@ -132,17 +132,6 @@ def _write(line: str) -> None:
         pass
 
 
-def max_over_processes(accelerator: Any, value: int | None, device: Any) -> int:
-    """The largest ``value`` (None: 0) over all processes, the same on each (collective: every
-    process calls it). For a stop signal: one that reached any process stops them all."""
-    if accelerator.num_processes == 1:
-        return int(value or 0)
-    import torch
-
-    every = accelerator.gather(torch.tensor([float(value or 0)], device=device))
-    return int(every.max().item())
-
-
 class StopAtStepEnd(TrainerCallback):
     """After each optimizer step: if any process was signalled, save this step and stop training."""
 
@@ -166,15 +155,12 @@ def conclude(trainer: GRPOTrainer, signum: int) -> None:
         trainer._save_checkpoint(trainer.model, trial=None)
         saved = True
     name = signal.Signals(signum).name
-    if not trainer.accelerator.is_main_process:
-        pass  # one line per run
-    elif step > 0 and saved:
-        print(
+    if trainer.accelerator.is_main_process:  # one line per run
+        line = (
             f"Stopped by {name} after step {step}/{max_steps}; checkpoint saved to {folder} "
-            "(resume with resume_from_checkpoint=True)",
-            file=sys.stderr,
-            flush=True,
+            "(resume with resume_from_checkpoint=True)"
+            if step > 0 and saved
+            else f"Stopped by {name} before the first step; nothing to save"
         )
-    else:
-        print(f"Stopped by {name} before the first step; nothing to save", file=sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)
     raise TrainingStopped(signum, step, folder if step > 0 else None)

@@ -49,11 +49,11 @@ from verifiers.training.config import GRPOConfig
 from verifiers.training.generator import BatchGenerator, build_generator
 from verifiers.training.logprobs import sequence_logprobs
 from verifiers.training.losses import compute_loss, step_loss_scale
-from verifiers.training.processes import broadcast, combine_metrics, wait_together
+from verifiers.training.processes import broadcast, combine_metrics, max_over_processes, wait_together
 from verifiers.training.producer import GeneratedBatch, PromptTruncation, sampling_args_from_config
 from verifiers.training.recovery import Resync
 from verifiers.training.server_link import ServerLink
-from verifiers.training.shutdown import StopAtStepEnd, StopSignals, conclude, max_over_processes
+from verifiers.training.shutdown import StopAtStepEnd, StopSignals, conclude
 from verifiers.training.sync import (
     WeightSyncer,
     is_peft_model,
