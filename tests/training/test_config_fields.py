@@ -290,6 +290,7 @@ RL_CHANGES: dict[str, dict] = {
     "beta": dict(beta=0.01),
     "num_iterations": dict(num_iterations=2),
     "num_batches_ahead": dict(num_batches_ahead=0),
+    "cpu_phases": dict(cpu_phases="overlap"),
     "temperature": dict(temperature=0.7),
     "top_p": dict(top_p=0.9),
     "top_k": dict(top_k=20),

@@ -92,7 +92,7 @@ def fail_writes(monkeypatch, target: str, exc: OSError) -> None:
 def disk_args(out: Path, **kw):
     # save_total_limit=1: a save that deleted checkpoint-1 before checkpoint-2 is whole would lose both.
     return grpo_args(
-        out, max_steps=2, num_batches_ahead=1, save_strategy="steps", save_steps=1,
+        out, max_steps=2, num_batches_ahead=1, cpu_phases="overlap", save_strategy="steps", save_steps=1,
         save_only_model=False, save_total_limit=1, **kw,
     )  # fmt: skip
 

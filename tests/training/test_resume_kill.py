@@ -150,6 +150,7 @@ def test_run_killed_while_saving_resumes_from_the_previous_checkpoint(
     common = dict(
         max_steps=2,
         num_batches_ahead=1,
+        cpu_phases="overlap",
         save_strategy="steps",
         save_steps=1,
         save_only_model=False,

@@ -68,7 +68,9 @@ def test_sigterm_during_a_step_finishes_it_saves_it_and_exits_143(
     tiny_model_dir, slow_server, tmp_path, capfd
 ):
     server, _ = slow_server
-    args = grpo_args(tmp_path, max_steps=4, num_batches_ahead=1, save_only_model=False)  # save_strategy="no"
+    args = grpo_args(
+        tmp_path, max_steps=4, num_batches_ahead=1, cpu_phases="overlap", save_only_model=False
+    )  # save_strategy="no"
     trainer = make_trainer(tiny_model_dir, RecordingClient(server), args)
     trainer.add_callback(SignalAt(signal.SIGTERM, step=1))  # arrives while step 2 trains
     before = signal.getsignal(signal.SIGTERM)
@@ -155,7 +157,7 @@ def test_sigterm_while_waiting_for_a_lost_server_in_a_sync_stops_the_wait(
                 main = threading.main_thread().ident
                 threading.Timer(1.0, lambda: signal.pthread_kill(main, signal.SIGTERM)).start()
 
-    args = grpo_args(tmp_path, max_steps=4, num_batches_ahead=1, save_only_model=False)
+    args = grpo_args(tmp_path, max_steps=4, num_batches_ahead=1, cpu_phases="overlap", save_only_model=False)
     trainer = make_trainer(tiny_model_dir, client, args)
     trainer.add_callback(LoseItAfterStep2())
     t0 = time.monotonic()

@@ -154,6 +154,49 @@ def test_lora_rejected_falls_back_to_merged_weights_with_one_warning(caplog):
     assert max(gather.sizes) <= 3
 
 
+def test_merged_sync_sends_every_weight_once_then_only_the_adapted_layers():
+    model = with_lora(tiny_llama())  # LoRA on q_proj and v_proj of 2 layers
+    client = FakeClient(lora_enabled=False)
+    syncer = WeightSyncer(client, model)
+    first = syncer.sync()
+    assert first.num_tensors == len(list(tiny_llama().named_parameters()))
+    with torch.no_grad():  # a training step: the adapter moves, the base does not
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.5)
+    client.weights.clear()
+    second = syncer.sync()
+    merged = copy.deepcopy(model).merge_and_unload().state_dict()
+    expected = {f"model.layers.{i}.self_attn.{m}.weight" for i in range(2) for m in ("q_proj", "v_proj")}
+    assert set(client.weights) == expected and second.num_tensors == 4
+    for name in expected:
+        torch.testing.assert_close(client.weights[name], merged[name], rtol=0, atol=1e-6)
+        assert not torch.equal(client.weights[name], tiny_llama().state_dict()[name])
+
+
+def test_a_server_holding_our_checkpoint_gets_only_the_adapted_layers_from_the_start():
+    from verifiers.training.server_link import serves_our_base
+
+    model = with_lora(tiny_llama())
+    model.get_base_model().config._name_or_path = "/models/tiny"
+
+    class Health(FakeClient):
+        def __init__(self, **health):
+            super().__init__(lora_enabled=False)
+            self._health = health
+
+        def health(self):
+            return self._health
+
+    fresh = Health(model="/models/tiny", weight_version=0)
+    assert serves_our_base(fresh, model)
+    assert not serves_our_base(Health(model="/models/other", weight_version=0), model)
+    assert not serves_our_base(Health(model="/models/tiny", weight_version=3), model)  # another run's weights
+    assert not serves_our_base(FakeClient(), model)  # cannot tell: send everything
+    first = WeightSyncer(fresh, model, has_base=True).sync()
+    assert first.mode == "merged" and first.num_tensors == 4  # q_proj, v_proj of 2 layers
+
+
 def test_lora_error_after_success_is_raised_not_hidden():
     model = with_lora(tiny_llama())
     client = FakeClient()

@@ -191,7 +191,9 @@ def test_plot_curves_writes_a_png(tmp_path):
 @pytest.mark.parametrize("ahead", [0, 1])
 def test_three_steps_change_every_parameter_and_sync_each_step(tiny_model_dir, fake_server, tmp_path, ahead):
     client = RecordingClient(fake_server)
-    trainer = make_trainer(tiny_model_dir, client, grpo_args(tmp_path, num_batches_ahead=ahead))
+    trainer = make_trainer(
+        tiny_model_dir, client, grpo_args(tmp_path, num_batches_ahead=ahead, cpu_phases="overlap")
+    )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     after = dict(trainer.model.named_parameters())
@@ -468,7 +470,10 @@ def test_server_full_sync_matches_logprobs_and_starts_on_policy(tiny_model_dir, 
 def test_server_one_batch_ahead(tiny_model_dir, vllm_server, tmp_path):
     restore_base_weights(vllm_server, tiny_model_dir)
     trainer = make_trainer(
-        tiny_model_dir, vllm_server, server_args(tmp_path, num_batches_ahead=1), env=server_env()
+        tiny_model_dir,
+        vllm_server,
+        server_args(tmp_path, num_batches_ahead=1, cpu_phases="overlap"),
+        env=server_env(),
     )
     trainer.train()
     logs = train_log(trainer)

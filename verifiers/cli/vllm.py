@@ -23,6 +23,10 @@ Differences from ``vllm serve``, each on purpose:
   ``--max-model-len`` tokens (at most half the free memory) instead of vLLM's
   92% of a memory node, which fails to start when other processes use memory.
   One line says the size chosen.
+* On CPU with one worker, its threads run on every core, none reserved for the
+  API process (verifiers/inference/cpu_binding.py): the trainer waits while the
+  server generates, so a reserved core would idle. ``VLLM_CPU_OMP_THREADS_BIND``
+  set by the user wins. One line says the cores.
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 * Tools reach every model: when the model's chat template ignores ``tools`` and no
@@ -49,6 +53,7 @@ from collections.abc import Sequence
 from verifiers.cli.common import int_at_least, positive_float
 from verifiers.cli.vllm_flags import RETIRED, drop_retired_flags
 from verifiers.errors import ConfigError, VerifiersError, nearest
+from verifiers.inference.cpu_binding import bind_all_cores
 
 logger = logging.getLogger("verifiers.cli.vllm")
 
@@ -342,6 +347,11 @@ def parse_args(argv: Sequence[str] | None = None):
         # vLLM-CPU fails a seeded request whose prompt is split across engine steps
         # ("CPU Generator does not use offset"); GRPO seeds every rollout.
         args.enable_chunked_prefill = False
+    if current_platform.is_cpu():
+        world = args.tensor_parallel_size * args.pipeline_parallel_size * (args.data_parallel_size or 1)
+        line = bind_all_cores(world)
+        if line:
+            print(line, file=sys.stderr)
     size_kv_cache(args, _given_dests(parser, argv), current_platform.is_cpu())
     tool_template = choose_chat_template(args)
     settings = Settings(

@@ -293,10 +293,15 @@ class VLLMClient:
     def resume(self) -> None:
         self._request("POST", "/vf/resume")
 
-    def _server_device(self) -> str:
+    def server_device(self) -> str:
+        """The server's compute device type (``"cpu"``, ``"cuda"``, ...), asked once."""
         if self._device is None:
             self._device = str(self.health().get("device", "cpu"))
         return self._device
+
+    def shares_machine(self) -> bool:
+        """Whether the server runs on this machine (it reads a file we write to /dev/shm)."""
+        return self._shm_ok()
 
     def _shm_ok(self) -> bool:
         """Whether the server reads our /dev/shm (same machine): asked once, with a probe file."""
@@ -333,7 +338,7 @@ class VLLMClient:
             raise WeightSyncError("validate", "no tensors to send", hint="pass model.named_parameters()")
         version = self.version + 1 if version is None else int(version)
         if transport_name == "auto":
-            device = self._server_device()
+            device = self.server_device()
             transport_name = transport.choose_transport(tensors, device, device != "cuda" and self._shm_ok())
         if transport_name == "nccl":
             return self._update_nccl(tensors, version, deadline, pause_mode)

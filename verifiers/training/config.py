@@ -121,6 +121,13 @@ class GRPOConfig(TrainingArguments):
     num_batches_ahead: int = _f(
         1, "Generation batches produced ahead of training (0: synchronous); also the staleness bound."
     )
+    cpu_phases: str = _f(
+        "auto",
+        "When the vLLM server computes on this machine's CPU, as the trainer does: 'auto' or 'exclusive' "
+        "generate the next batch only after each step's training and weight sync (num_batches_ahead acts "
+        "as 0), so each phase gets every core; 'overlap' generates ahead as num_batches_ahead says. "
+        "'auto' overlaps otherwise (GPU or remote server), 'exclusive' never does.",
+    )
     async_generation_timeout: float = _f(
         600.0,
         "Seconds one generation batch may take; a batch that takes longer is regenerated from the "

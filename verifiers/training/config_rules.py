@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from verifiers.errors import ConfigError
+from verifiers.training.cpu_phases import CPU_PHASES
 from verifiers.training.losses import LOSS_TYPES
 
 LORA_SYNC_MODES = ("auto", "adapter", "merged")
@@ -84,6 +85,8 @@ def validate_fields(c: Any) -> None:
             1,
             "or None to size it from num_batches_ahead",
         )
+    if c.cpu_phases not in CPU_PHASES:
+        fail(f"unknown cpu_phases={c.cpu_phases!r}", f"use one of: {', '.join(CPU_PHASES)}")
     if c.lora_sync not in LORA_SYNC_MODES:
         fail(f"unknown lora_sync={c.lora_sync!r}", f"use one of: {', '.join(LORA_SYNC_MODES)}")
     for name in ("async_generation_timeout", "vllm_server_timeout", "sync_weights_timeout"):

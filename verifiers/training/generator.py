@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from verifiers.errors import GenerationError, ServerUnreachableError, StopRequested
 from verifiers.training.batch_queue import BatchQueue
+from verifiers.training.cpu_phases import choose_phases
 from verifiers.training.producer import (
     GeneratedBatch,
     PromptStream,
@@ -422,8 +423,12 @@ def build_generator(
     """A started ``BatchGenerator`` for a ``GRPOConfig``; ``state`` (from a checkpoint) resumes it.
 
     Without a saved state the prompt cursor is estimated from the batches trained
-    (exact unless difficulty filtering drew extra prompts).
+    (exact unless difficulty filtering drew extra prompts). How far ahead it runs is
+    ``cpu_phases``' choice (cpu_phases.py): 0 when the server shares the trainer's CPU.
     """
+    ahead = choose_phases(args, client).num_batches_ahead
+    if state and state["pending"]:  # resumed with batches generated further ahead: they stay valid
+        ahead = max(ahead, *(b.index - b.policy_version for b in state["pending"]))
     prompts = args.generation_batch_size // args.num_generations
     cursor = state["producer"]["cursor"] if state else trained * prompts
     producer = RolloutProducer(
@@ -443,7 +448,7 @@ def build_generator(
     )
     return BatchGenerator(
         producer,
-        num_batches_ahead=args.num_batches_ahead,
+        num_batches_ahead=ahead,
         max_queue_size=args.async_max_queue_size,
         timeout=args.async_generation_timeout,
         start_index=trained,

@@ -173,7 +173,8 @@ def warn_batch_problems(stats: Mapping[str, float], batch_index: int, num_rollou
             logger,
             "batch:truncated",
             "%.0f%% of the completions in generation batch %d were cut at max_tokens / max_seq_len "
-            "(logged once; see truncated_frac); mask_truncated_completions=True leaves them out of the loss",
+            "(logged once; see truncated_frac); with mask_truncated_completions=True (the default) they are left "
+            "out of the loss",
             100 * truncated,
             batch_index,
         )

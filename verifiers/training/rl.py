@@ -132,6 +132,7 @@ class RLConfig:
     beta: float = _grpo("beta")
     num_iterations: int = _grpo("num_iterations")
     num_batches_ahead: int = _grpo("num_batches_ahead")
+    cpu_phases: str = _grpo("cpu_phases")
 
     # Sampling.
     temperature: float = _grpo("temperature")

@@ -11,6 +11,7 @@ out (recovery.py); with several processes every one of them waits for it togethe
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -68,6 +69,7 @@ class ServerLink:
                 gather=gather,
                 broadcast=lambda obj: broadcast(self.accelerator, obj),
                 use_lora=self._use_lora_sync(client, model),
+                has_base=broadcast(self.accelerator, serves_our_base(client, model)),
                 # ds3_gather_for_generation=False: the least GPU memory per gather, one tensor at a time.
                 **({} if self.args.ds3_gather_for_generation else {"max_tensors_per_gather": 1}),
             )
@@ -119,6 +121,23 @@ class ServerLink:
         if device == "cpu":
             logger.info("the vLLM server runs on CPU: syncing merged weights (lora_sync='auto')")
         return device != "cpu"
+
+
+def serves_our_base(client: Any, model: Any) -> bool:
+    """Whether the server still holds, unchanged, the checkpoint ``model`` was loaded from (weight
+    version 0, the same model path): then even the first sync of a PEFT model skips the frozen
+    weights. False when it cannot tell (another model, a client without ``health``, other ranks)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    ours = getattr(getattr(base, "config", None), "_name_or_path", None)
+    try:
+        health = client.health() if client is not None else {}
+    except Exception:  # noqa: BLE001 - unknown: send everything, as before
+        return False
+    theirs = health.get("model")
+    if not ours or not theirs or health.get("weight_version") != 0:
+        return False
+    same = lambda a, b: a == b or os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
+    return same(str(ours), str(theirs))
 
 
 class _OutageLatch:

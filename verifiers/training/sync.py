@@ -6,7 +6,8 @@ Three modes:
 - ``lora``: only the PEFT adapter (``client.update_lora``); the server must run
   with LoRA enabled.
 - ``merged``: a PEFT model sent as full weights with the adapter folded in
-  (``W + scale * B @ A`` computed per layer, the model itself untouched). Used
+  (``W + scale * B @ A`` computed per layer, the model itself untouched); after
+  the first sync only the layers the adapter changes (and trainable tensors). Used
   when the server rejects adapters: a user who started ``vf-vllm`` plainly and
   trains with ``peft_config`` still trains, after one warning.
 
@@ -127,6 +128,7 @@ class WeightSyncer:
         use_lora: bool | None = None,
         adapter_name: str = "default",
         lora_name: str = "vf-lora",
+        has_base: bool = False,
     ):
         if max_tensors_per_gather < 1:
             raise WeightSyncError(
@@ -140,6 +142,7 @@ class WeightSyncer:
         self.mode = "lora" if (peft if use_lora is None else use_lora) else ("merged" if peft else "full")
         self._lora_confirmed = False
         self.version = 0
+        self.has_base = has_base  # the server holds our frozen weights already (serves_our_base)
 
     # ---- public ----
     def sync(self) -> SyncResult:
@@ -150,7 +153,12 @@ class WeightSyncer:
             if not ok:
                 self.mode = "merged"
         if self.mode != "lora":
-            sent = self._send_full(self._units())
+            # After the first sync (or from the first, when the server loaded the same checkpoint
+            # and nobody changed it) a PEFT model's frozen weights are on the server already: they
+            # never change, and a restarted server loads them from the same folder. Only the merged
+            # LoRA layers and trainable tensors travel: SmolLM2 + LoRA on q/k/v/o, 106 of 540 MB,
+            # which also spares both processes a copy of the whole model.
+            sent = self._send_full(self._units(changed_only=self.version > 0 or self.has_base))
         if self.is_main:
             self._call("reset_prefix_cache", self.client.reset_prefix_cache)
         self.version += 1
@@ -161,7 +169,7 @@ class WeightSyncer:
         return result
 
     # ---- full / merged ----
-    def _units(self) -> list[_Unit]:
+    def _units(self, changed_only: bool = False) -> list[_Unit]:
         if not is_peft_model(self.model):
             return [_Unit(n, [p], lambda p=p: p.data) for n, p in self.model.named_parameters()]
         adapter = self.adapter_name
@@ -177,7 +185,8 @@ class WeightSyncer:
                 continue
             layer = lora_layers.get(name.rsplit(".", 1)[0]) if name.endswith(".weight") else None
             if layer is None:
-                units.append(_Unit(name, [p], lambda p=p: p.data))
+                if p.requires_grad or not changed_only:
+                    units.append(_Unit(name, [p], lambda p=p: p.data))
                 continue
             if getattr(layer, "use_dora", {}).get(adapter, False):
                 raise WeightSyncError(
