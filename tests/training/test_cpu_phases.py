@@ -73,3 +73,26 @@ def test_unknown_setting_is_refused_with_the_choices():
 
     with pytest.raises(ConfigError, match=r"cpu_phases='sometimes'.*auto, exclusive, overlap"):
         grpo_defaults("x", output_dir="/tmp/vf-cpu-phases", report_to="none", cpu_phases="sometimes")
+
+
+def test_vf_rl_shows_the_choice_once_in_its_output(capsys):
+    import logging
+
+    from verifiers.training.rl_output import show_choices
+    from verifiers.utils.logging import setup_logging
+
+    root = logging.getLogger("verifiers")
+    saved = list(root.handlers)
+    root.handlers = [h for h in saved if not getattr(h, "_verifiers", False)]
+    try:
+        show_choices()
+        show_choices()  # idempotent
+        choose_phases(args(), Client())  # no logging set up (vf-rl's trainer): printed
+        out, err = capsys.readouterr()
+        assert out.count("take turns") == 1 and "take turns" not in err
+        setup_logging("WARNING")  # the user's own logging: printed once, there
+        choose_phases(args(), Client())
+        out, err = capsys.readouterr()
+        assert "take turns" not in out and err.count("take turns") == 1
+    finally:
+        root.handlers = saved

@@ -4,6 +4,7 @@ the step's time went), the metrics file, the sample schedule."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import deque
@@ -114,6 +115,27 @@ def say(message: str) -> None:
     """A start-up or progress line, printed by the main process only."""
     if is_main_process():
         print(message, flush=True)
+
+
+# Library loggers whose INFO lines are start-up choices a vf-rl run shows (cpu_phases, lora_sync).
+CHOICE_LOGGERS = ("verifiers.training.cpu_phases", "verifiers.training.server_link")
+
+
+class _SayHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger("verifiers").handlers:  # vf.setup_logging's handler prints it (propagation)
+            return
+        say(record.getMessage())
+
+
+def show_choices(names: tuple[str, ...] = CHOICE_LOGGERS) -> None:
+    """Print these loggers' INFO lines as start-up lines (``say``) unless the user's logging set-up
+    shows them already: the trainer's choices belong in the run log."""
+    for name in names:
+        log = logging.getLogger(name)
+        if not any(isinstance(h, _SayHandler) for h in log.handlers):
+            log.addHandler(_SayHandler())
+        log.setLevel(logging.INFO)
 
 
 class StepLogger(TrainerCallback):

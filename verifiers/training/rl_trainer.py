@@ -10,7 +10,7 @@ from transformers import PrinterCallback, ProgressCallback
 
 from verifiers.errors import ConfigError
 from verifiers.training.rl import RLConfig
-from verifiers.training.rl_output import say
+from verifiers.training.rl_output import say, show_choices
 from verifiers.training.sync import is_peft_model
 from verifiers.training.trainer import GRPOTrainer
 
@@ -56,6 +56,7 @@ class RLTrainer(GRPOTrainer):
         # The step line replaces the raw log dicts and the progress bar.
         self.remove_callback(PrinterCallback)
         self.remove_callback(ProgressCallback)
+        show_choices()  # the schedule (cpu_phases) and LoRA sync chosen at start, in the run log
         say(_describe_model(self.model, args if peft_config is not None else None))
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
