@@ -75,15 +75,17 @@ def test_unknown_setting_is_refused_with_the_choices():
         grpo_defaults("x", output_dir="/tmp/vf-cpu-phases", report_to="none", cpu_phases="sometimes")
 
 
-def test_vf_rl_shows_the_choice_once_in_its_output(capsys):
+def test_vf_rl_shows_the_choice_once_in_its_output(capsys, monkeypatch):
     import logging
 
     from verifiers.training.rl_output import show_choices
     from verifiers.utils.logging import setup_logging
 
-    root = logging.getLogger("verifiers")
-    saved = list(root.handlers)
-    root.handlers = [h for h in saved if not getattr(h, "_verifiers", False)]
+    root, phases = logging.getLogger("verifiers"), logging.getLogger("verifiers.training.cpu_phases")
+    saved, disabled = list(root.handlers), phases.disabled
+    root.handlers = []  # no logging set up (earlier tests may have left handlers)
+    monkeypatch.delenv("RANK", raising=False)  # the main process prints
+    phases.disabled = False  # another test's logging.config.dictConfig may have disabled it
     try:
         show_choices()
         show_choices()  # idempotent
@@ -95,4 +97,4 @@ def test_vf_rl_shows_the_choice_once_in_its_output(capsys):
         out, err = capsys.readouterr()
         assert "take turns" not in out and err.count("take turns") == 1
     finally:
-        root.handlers = saved
+        root.handlers, phases.disabled = saved, disabled
