@@ -311,6 +311,30 @@ def test_openai_surface():
     assert client.with_options  # anything else comes from the AsyncOpenAI client
 
 
+def test_one_client_serves_successive_event_loops():
+    """A trainer's generator thread runs its own loop; a second trainer (or env.evaluate before
+    training) brings another. The keep-alive connection pooled on the first, now closed, loop must
+    not be reused: that failed with "Event loop is closed" (seen in CI, calculator after number-guess)."""
+    from tests.fakeserver import fake_server
+
+    with fake_server(reply=lambda request: "hi") as server:
+        client = VLLMClient(server.url, max_retries=0)
+
+        async def ask() -> str:
+            reply = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}]
+            )
+            return reply.choices[0].message.content
+
+        answers = []
+        for _ in range(3):  # each loop in its own thread, closed after use, like GRPOTrainer's generator
+            thread = threading.Thread(target=lambda: answers.append(asyncio.run(ask())))
+            thread.start()
+            thread.join()
+        assert answers == ["hi", "hi", "hi"]
+        assert client.openai is client.openai  # outside any loop: one client, made once
+
+
 def test_staging_file_is_reused_and_readable(tmp_path):
     from safetensors.torch import load_file
 

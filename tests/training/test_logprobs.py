@@ -32,10 +32,28 @@ def _logprobs_and_grads(model, ids, attn, start, monkeypatch, pack: bool):
     return lp.detach(), ent, grads
 
 
-@pytest.mark.parametrize("lora,attn_impl", [(False, "sdpa"), (True, "sdpa"), (True, "eager")])
-def test_packed_rows_match_plain_forward(tiny_model_dir, monkeypatch, lora, attn_impl):
+@pytest.mark.parametrize(
+    "lora,attn_impl,segmented,checkpointing",
+    [
+        (False, "sdpa", False, False),
+        (True, "sdpa", False, False),
+        (True, "eager", False, False),
+        (True, "sdpa", True, False),
+        (True, "eager", True, False),
+        (True, "sdpa", True, True),
+    ],
+)
+def test_packed_rows_match_plain_forward(
+    tiny_model_dir, monkeypatch, lora, attn_impl, segmented, checkpointing
+):
     from verifiers.models import get_model
+    from verifiers.training import logprobs
     from verifiers.training.logprobs import can_pack
+
+    # segmented: packed_attention computes only the allowed blocks (from SEGMENTED_FROM_LEN on;
+    # here for every length). checkpointing (grpo_defaults' setting): the layers run again in
+    # backward, after the packed forward returned, and must take the same attention path.
+    monkeypatch.setattr(logprobs, "SEGMENTED_FROM_LEN", 1 if segmented else 10**9)
 
     # fp32 explicitly: on a machine with CUDA get_model defaults to bf16, too coarse for 1e-5.
     model = get_model(
@@ -47,6 +65,8 @@ def test_packed_rows_match_plain_forward(tiny_model_dir, monkeypatch, lora, attn
         import verifiers as vf
 
         model = get_peft_model(model, vf.lora_defaults(r=4, alpha=8))
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     ids, attn, start = _group_batch(model.config.vocab_size)
     assert can_pack(model, ids, attn, start)
@@ -95,6 +115,22 @@ def test_packing_pays_by_the_measured_cost_model():
     # (2L)^2 attention pairs instead of 2 L^2: 1 + 2 * 500 = 1001 packed tokens,
     # cost 1001 + 1001^2 / 256 = 4915 against 2 * 501 + 2 * 501^2 / 256 = 2963.
     assert not packing_pays(1001, 2, 501, 64)
+
+
+def test_long_groups_are_packed_even_where_the_full_mask_would_cost_more(tiny_model_dir, monkeypatch):
+    from verifiers.models import get_model
+    from verifiers.training import logprobs
+
+    # Two rows sharing a 1-token prompt, 1 + 2 x 600 = 1201 packed tokens: under the full mask
+    # (1201^2 pairs) packing_pays says no. With packed_attention (from SEGMENTED_FROM_LEN on)
+    # it scores 1 + 2 x 600 x 601 pairs over 1201 tokens, never more than the padded batch.
+    model = get_model(str(tiny_model_dir))
+    ids, attn, start = _group_batch(model.config.vocab_size, prompt_len=1, lengths=(600, 600))
+    hidden = model.config.hidden_size
+    assert not logprobs.packing_pays(1201, 2, 601, hidden)
+    assert logprobs.can_pack(model, ids, attn, start)
+    monkeypatch.setattr(logprobs, "SEGMENTED_FROM_LEN", 10**9)
+    assert not logprobs.can_pack(model, ids, attn, start)
 
 
 def test_shared_prefix_needs_identical_real_prompts():

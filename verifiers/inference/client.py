@@ -4,7 +4,8 @@ Generation goes through an ``openai.AsyncOpenAI`` the client holds:
 ``client.chat.completions.create(...)``, ``client.completions.create(...)``,
 ``client.models``, ``client.base_url`` (the ``/v1`` URL) behave as on that
 client, and any other attribute is looked up on it. ``client.sync_openai`` is a
-blocking ``openai.OpenAI`` for the same server.
+blocking ``openai.OpenAI`` for the same server. Each event loop gets its own ``AsyncOpenAI``
+(pooled connections belong to the loop that opened them: "Event loop is closed" otherwise).
 
 Trainer operations (blocking; see verifiers/inference/server.py for the routes):
 
@@ -38,9 +39,11 @@ NCCL side of ``update_weights`` lives in nccl_update.py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -84,7 +87,8 @@ class VLLMClient:
         self.version = 0  # last weight version this client committed
         self.lora_name: str | None = None
         self._openai_kwargs = {"max_retries": max_retries, **(openai_kwargs or {})}
-        self._openai: Any = None
+        # One AsyncOpenAI per event loop (weak keys: a closed, dropped loop frees its client).
+        self._openai_by_loop: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._sync_openai: Any = None
         self._session = requests.Session()
         self._shm_visible: bool | None = None  # asked once per client: same host, same /dev/shm
@@ -99,12 +103,18 @@ class VLLMClient:
 
     @property
     def openai(self) -> Any:
-        """The ``openai.AsyncOpenAI`` requests go through (created on first use)."""
-        if self._openai is None:
+        """The ``openai.AsyncOpenAI`` requests go through: one per running event loop, made on first use."""
+        try:
+            loop: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = self  # outside any loop: one client, kept under this object
+        made = self._openai_by_loop.get(loop)
+        if made is None:
             from openai import AsyncOpenAI
 
-            self._openai = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **self._openai_kwargs)
-        return self._openai
+            made = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **self._openai_kwargs)
+            self._openai_by_loop[loop] = made
+        return made
 
     @property
     def sync_openai(self) -> Any:
@@ -114,19 +124,7 @@ class VLLMClient:
             self._sync_openai = OpenAI(base_url=self.base_url, api_key=self.api_key, **self._openai_kwargs)
         return self._sync_openai
 
-    @property
-    def chat(self) -> Any:
-        return self.openai.chat
-
-    @property
-    def completions(self) -> Any:
-        return self.openai.completions
-
-    @property
-    def models(self) -> Any:
-        return self.openai.models
-
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # chat, completions, models, ...: the loop's AsyncOpenAI
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.openai, name)

@@ -36,7 +36,12 @@ from verifiers.training.config_rules import (
 )
 from verifiers.training.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
 from verifiers.training.losses import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
-from verifiers.training.processes import apply_collective_timeout, collective_timeout, cpu_distributed_backend
+from verifiers.training.processes import (
+    apply_collective_timeout,
+    collective_timeout,
+    cpu_distributed_backend,
+    destroy_group_at_exit,
+)
 from verifiers.training.trl_names import refuse_unknown_fields, scale_rewards_flag
 from verifiers.utils.logging import warn_once
 
@@ -240,6 +245,7 @@ class GRPOConfig(TrainingArguments):
             raise training_args_error(self, err) from None
         self._derive_layout()
         apply_collective_timeout(self.ddp_timeout)
+        destroy_group_at_exit()
         self.__dict__["_recording"] = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -268,6 +274,7 @@ class GRPOConfig(TrainingArguments):
             self._derive_training_args()
             self._derive_layout()
             apply_collective_timeout(self.ddp_timeout)
+            destroy_group_at_exit()
         finally:
             self.__dict__["_recording"] = True
         return self

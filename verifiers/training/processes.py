@@ -146,6 +146,33 @@ def apply_collective_timeout(seconds: float) -> None:
         set_timeout(timedelta(seconds=seconds))
 
 
+_DESTROY_AT_EXIT: list[bool] = []  # registered once per process
+
+
+def destroy_group_at_exit() -> None:
+    """Destroy the default process group at interpreter exit, while Python is still whole.
+
+    Without it, gloo's C++ worker threads can still hold finished collectives' tensors when the
+    interpreter is torn down; freeing them then aborts the process ("terminate called without an
+    active exception", SIGABRT) after a run that succeeded, and torchrun reports the rank failed
+    and stops the others (seen in CI: a 2-process run, rank 1, after "done"). ``atexit`` runs
+    before that teardown; a group already destroyed by the user is left alone. Gloo only: that is
+    where the abort was seen, and NCCL's shutdown at exit has not been run on these machines.
+    """
+    dist = torch.distributed
+    if _DESTROY_AT_EXIT or not (dist.is_available() and dist.is_initialized()):
+        return
+    _DESTROY_AT_EXIT.append(True)
+
+    def destroy() -> None:
+        if dist.is_initialized() and dist.get_backend() == "gloo":
+            dist.destroy_process_group()
+
+    import atexit
+
+    atexit.register(destroy)
+
+
 def cpu_distributed_backend(args: Any) -> None:
     """Several processes on a machine without CUDA (``accelerate launch``): use gloo.
 
