@@ -9,7 +9,7 @@ prompt, under 10% are used. This function computes
 
 * the prefix causally on itself: one ``[P, P]`` block (``is_causal``), and
 * all rows at once as a batch ``[B, H, N, P + N]`` (``N`` the longest row): each row's
-  queries against the prefix keys (shared, not copied) and its own keys, rows padded
+  queries against the prefix keys (repeated for each row) and its own keys, rows padded
   to ``N`` with padded queries dropped and padded keys masked,
 
 so ``P^2 + B * N * (P + N)`` pairs instead of ``L^2``. The output is the same as the
@@ -73,28 +73,16 @@ def packed_attention(
     attention_mask: Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
-    vf_segments: Segments | None = None,
+    *,
+    vf_segments: Segments,
     **kwargs: Any,
 ) -> tuple[Tensor, None]:
     """transformers attention-function signature; returns ``([1, L, H, D], None)``.
 
     ``K`` key/value heads (grouped-query attention: each serves ``H / K`` query heads).
-    Without ``vf_segments`` (a forward outside the packed path) it is plain sdpa with the
-    given mask.
+    The hooks (``install``) switch a layer here only for a forward given ``vf_segments``;
+    ``attention_mask`` (the full L x L one) is not read.
     """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if vf_segments is None:
-        return sdpa_attention_forward(
-            module,
-            query_1HLD,
-            key_1KLD,
-            value_1KLD,
-            attention_mask,
-            dropout=dropout,
-            scaling=scaling,
-            **kwargs,
-        )
     seg = vf_segments
     P = seg.prefix
     H = query_1HLD.shape[1]
@@ -144,10 +132,7 @@ def install(model: torch.nn.Module) -> None:
     ``_attn_implementation``, which the layer reads at each call; it is restored when the
     layer returns or raises.
     """
-    if getattr(model, "_vf_packed_installed", False):
-        return
     register()
-    model._vf_packed_installed = True
     for module in model.modules():
         if _is_attention(module) and not getattr(module, "_vf_packed_hooks", False):
             module.register_forward_pre_hook(_switch_on, with_kwargs=True)
