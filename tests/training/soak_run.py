@@ -9,14 +9,18 @@ Used by ``test_soak.py`` and ``benchmarks/soak.py``. It trains the tiny model on
 it appends one JSON line to ``OUT/soak_samples.jsonl``::
 
     {"step": 50, "elapsed_s": 31.2,
-     "trainer": {"rss_mb": ..., "fds": ..., "threads": ..., "procs": 1},
+     "trainer": {"rss_mb": ..., "rss_raw_mb": ..., "fds": ..., "threads": ..., "procs": 1,
+                 "py_objects": ..., "pool_threads": 4,
+                 "thread_names": {"MainThread": 1, "asyncio_*": 4, ...}},
      "server": {"rss_mb": ..., "fds": ..., "threads": ..., "procs": 3}}
 
 Each side is a process *tree*: the trainer process with any children, and the
 vf-vllm process (``--server-pid``) with its engine core and whatever else it
 spawned. RSS, open file descriptors and threads are summed over the tree (shared
 pages count once per process, the same way at every sample, so the sums compare).
-Read with psutil when it is installed, else from ``/proc``.
+Read with psutil when it is installed, else from ``/proc``. The trainer's ``rss_mb`` is
+the memory in use, measured after a full garbage collection and ``malloc_trim``
+(``in_use_rss_mb``); its plain RSS is ``rss_raw_mb``.
 
 The helpers at the bottom (``read_samples``, ``drift``, ``format_table``) are what the
 test and the benchmark compare and print.
@@ -28,7 +32,10 @@ import argparse
 import gc
 import json
 import os
+import re
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,13 @@ from transformers import TrainerCallback
 SAMPLES_FILE = "soak_samples.jsonl"
 FIGURES = ("rss_mb", "fds", "threads")
 SIDES = ("trainer", "server")
+# asyncio's default executor (``asyncio.to_thread``, and the DNS lookup of each new
+# connection) names its workers ``asyncio_<n>`` and starts them on demand, up to
+# ``min(32, cpus + 4)`` per event loop. It fills when work first overlaps, which may be late
+# in a run (four connections reopened at once after a pause), so these threads are bounded,
+# not flat: the trainer's thread figure leaves them out and ``pool_cap`` bounds them.
+POOL_WORKER = re.compile(r"^asyncio_\d+$")
+LOOP_THREADS = ("MainThread", "vf-generator", "verifiers-sync-loop")  # where our event loops run
 
 
 # ---- the footprint of a process tree ---------------------------------------------------------------
@@ -100,6 +114,39 @@ def _proc_tree_stats(pid: int) -> dict[str, float]:
     return total
 
 
+def python_threads() -> dict[str, Any]:
+    """This process's Python threads: how many are default-executor workers, and a count per
+    name (those workers as ``asyncio_*``), so a grown figure says which threads grew."""
+    names = [t.name for t in threading.enumerate()]
+    return {
+        "pool_threads": sum(1 for n in names if POOL_WORKER.match(n)),
+        "thread_names": dict(Counter("asyncio_*" if POOL_WORKER.match(n) else n for n in names)),
+    }
+
+
+def pool_cap(sample: dict[str, Any]) -> int:
+    """The most default-executor workers the trainer may hold: ``min(32, cpus + 4)`` for
+    each thread that runs an event loop (asyncio's own limit)."""
+    names = sample["trainer"]["thread_names"]
+    loops = sum(names.get(n, 0) for n in LOOP_THREADS)
+    return loops * min(32, (os.cpu_count() or 1) + 4)
+
+
+def in_use_rss_mb() -> float:
+    """This process's RSS once garbage cycles are collected and glibc's ``malloc_trim(0)`` has
+    handed free pages back: the memory still in use. Without both, RSS follows the collector's
+    cadence (the 600-step run: a full collection every ~200 steps, 40 MB of garbage before it)
+    and what the allocator merely keeps. Plain RSS where libc has no ``malloc_trim``."""
+    import ctypes
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    return tree_stats(os.getpid())["rss_mb"]
+
+
 class FootprintSampler(TrainerCallback):
     """At the end of step 1 and of every ``every``-th step: one line of both trees' figures.
 
@@ -118,12 +165,20 @@ class FootprintSampler(TrainerCallback):
         line = {
             "step": step,
             "elapsed_s": round(time.perf_counter() - self.started, 2),
-            # Python objects the collector tracks: telling a Python-level leak from allocator noise.
-            "trainer": {**tree_stats(os.getpid()), "py_objects": len(gc.get_objects())},
+            "trainer": self.trainer_figures(),
             "server": tree_stats(self.server_pid),
         }
         with open(self.path, "a") as fh:
             fh.write(json.dumps(line) + "\n")
+
+    @staticmethod
+    def trainer_figures() -> dict[str, Any]:
+        """The trainer's figures; ``rss_mb`` is the memory in use (``in_use_rss_mb``), and the
+        plain RSS before it is ``rss_raw_mb``. ``py_objects`` counts what the collector tracks
+        after collecting: a Python-level leak grows it, allocator noise does not."""
+        raw = {**tree_stats(os.getpid()), **python_threads()}
+        in_use = in_use_rss_mb()
+        return {**raw, "rss_raw_mb": raw["rss_mb"], "rss_mb": in_use, "py_objects": len(gc.get_objects())}
 
 
 # ---- the run ---------------------------------------------------------------------------------------
@@ -192,12 +247,20 @@ def read_samples(out: str | os.PathLike) -> dict[int, dict[str, Any]]:
     return {s["step"]: s for s in map(json.loads, filter(str.strip, lines))}
 
 
+def figure(sample: dict[str, Any], side: str, name: str) -> float:
+    """One figure of one side; the trainer's threads without its pool workers (see ``POOL_WORKER``)."""
+    value = sample[side][name]
+    if side == "trainer" and name == "threads":
+        value -= sample[side].get("pool_threads", 0)
+    return value
+
+
 def drift(samples: dict[int, dict[str, Any]], first: int, last: int) -> dict[str, float]:
     """``{"trainer.rss_mb": relative change, ...}`` from step ``first`` to step ``last``."""
     out = {}
     for side in SIDES:
         for name in FIGURES:
-            a, b = samples[first][side][name], samples[last][side][name]
+            a, b = figure(samples[first], side, name), figure(samples[last], side, name)
             out[f"{side}.{name}"] = (b - a) / a if a else float("inf")
     return out
 
@@ -205,15 +268,16 @@ def drift(samples: dict[int, dict[str, Any]], first: int, last: int) -> dict[str
 def format_table(samples: dict[int, dict[str, Any]]) -> str:
     """One row per sampled step: elapsed time, then RSS/fds/threads (processes) of each tree."""
     head = (
-        f"{'step':>5} {'s':>7} | {'trainer MiB':>11} {'fds':>5} {'thr':>4} {'py objs':>8} | "
+        f"{'step':>5} {'s':>7} | {'trainer MiB':>11} {'raw':>6} {'fds':>5} {'thr':>4} {'pool':>4} {'py objs':>8} | "
         f"{'server MiB':>10} {'fds':>5} {'thr':>4} {'procs':>5}"
     )
     rows = [head, "-" * len(head)]
     for step in sorted(samples):
         s, t, v = samples[step], samples[step]["trainer"], samples[step]["server"]
         rows.append(
-            f"{step:>5} {s['elapsed_s']:>7.1f} | {t['rss_mb']:>11.1f} {t['fds']:>5} {t['threads']:>4} "
-            f"{t.get('py_objects', 0):>8} | "
+            f"{step:>5} {s['elapsed_s']:>7.1f} | {t['rss_mb']:>11.1f} {t.get('rss_raw_mb', 0):>6.0f} "
+            f"{t['fds']:>5} {t['threads']:>4} "
+            f"{t.get('pool_threads', 0):>4} {t.get('py_objects', 0):>8} | "
             f"{v['rss_mb']:>10.1f} {v['fds']:>5} {v['threads']:>4} {v['procs']:>5}"
         )
     return "\n".join(rows)

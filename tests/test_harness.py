@@ -1,0 +1,65 @@
+"""The test harness itself: a test run stopped with SIGTERM still stops what its tests started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Stands in for a test that serves vf-vllm: a child in its own session (as tests/vllm_server.py
+# starts the server), stopped in a `finally`, with the test still running when SIGTERM comes.
+INNER_TEST = """
+import os, subprocess, sys, time
+from pathlib import Path
+
+def test_holds_a_child():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    Path(os.environ["CHILD_PID_FILE"]).write_text(str(child.pid))
+    try:
+        time.sleep(120)
+    finally:
+        child.kill()
+        child.wait()
+        Path(os.environ["CHILD_PID_FILE"]).write_text("stopped")
+"""
+
+
+def test_sigterm_unwinds_the_run_so_servers_are_stopped(tmp_path):
+    test_file, pid_file = tmp_path / "test_inner.py", tmp_path / "child.pid"
+    test_file.write_text(INNER_TEST)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "tests.conftest",
+        "-p",
+        "no:cacheprovider",
+        str(test_file),
+    ]
+    env = {**os.environ, "CHILD_PID_FILE": str(pid_file)}
+    run = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text().isdigit():
+            assert run.poll() is None and time.monotonic() < deadline, run.stdout.read().decode()
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        run.send_signal(signal.SIGTERM)
+        out = run.communicate(timeout=30)[0].decode()
+    finally:
+        run.kill()
+    assert pid_file.read_text() == "stopped", out  # the test's `finally` ran
+    assert "KeyboardInterrupt" in out and run.returncode == 2, out  # pytest's "interrupted" exit
+    try:
+        os.kill(child, 0)
+    except ProcessLookupError:
+        pass
+    else:
+        raise AssertionError(f"the test's child {child} outlived the run")
