@@ -22,8 +22,9 @@ Read with psutil when it is installed, else from ``/proc``. The trainer's ``rss_
 the memory in use, measured after a full garbage collection and ``malloc_trim``
 (``in_use_rss_mb``); its plain RSS is ``rss_raw_mb``.
 
-The helpers at the bottom (``read_samples``, ``drift``, ``format_table``) are what the
-test and the benchmark compare and print.
+The helpers at the bottom (``read_samples``, ``figure``, ``drift``, ``format_table``) are
+what the test and the benchmark compare and print; ``pool_cap`` bounds the pool workers
+that ``figure`` leaves out.
 """
 
 from __future__ import annotations
