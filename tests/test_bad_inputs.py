@@ -583,7 +583,7 @@ SERVER_CASES = [
             r"JSON object", data="[1, 2]", stage="request"),
     Request("unknown-transport", "POST", "/vf/weights/begin", 400, r"need update_id, transport in", r"transport in \(.*'shm'.*'http'",
             json=begin(transport="pigeon"), stage="request"),
-    Request("nccl-on-cpu", "POST", "/vf/weights/begin", 400, r"no NCCL weight transfer",
+    Request("nccl-on-cpu", "POST", "/vf/weights/begin", 400, r"no GPU weight transfer",
             r"use transport 'shm' or 'http'", json=begin(transport="nccl"), stage="validate"),
     Request("params-entry-not-object", "POST", "/vf/weights/begin", 400, r"params", r"name.*shape.*dtype",
             json=begin(params=[5])),

@@ -221,7 +221,8 @@ async def test_alphabet_sort_scores_the_sorted_list():
         env, lambda r: backwards.format("\n".join(sorted(names_so_far(r), reverse=True))), n=3
     )
     untagged = await evaluate(env, lambda r: ", ".join(sorted(names_so_far(r))), n=3)
-    assert all(w < 1.0 for w in wrong.reward) and untagged.reward == [0.0] * 3
+    # Untagged: no answer, and 0.1.4's format reward gives any message 0.2 (x weight 0.2).
+    assert all(w < 1.0 for w in wrong.reward) and untagged.reward == pytest.approx([0.04] * 3)
 
 
 async def test_alphabet_sort_multi_turn_adds_names():
@@ -338,7 +339,7 @@ async def test_wordle_game_gives_feedback_and_partial_credit():
 
     invalid = await evaluate(env, lambda r: "Maybe a fruit?", n=1)
     assert "not a valid guess" in invalid.completion[0][1]["content"]
-    assert invalid.reward == [0.0]
+    assert invalid.reward == pytest.approx([0.04])  # 0.1.4's format reward: 0.2 for any message, x 0.2
 
 
 # -- wiki-search -----------------------------------------------------------------
@@ -392,10 +393,12 @@ async def test_wiki_search_episode_with_tools():
     for completion, info in zip(result.completion, result.info, strict=True):
         hits = json.loads(completion[1]["content"])
         assert info["page_id"] in [h["page_id"] for h in hits]
-    assert result.reward == pytest.approx([1.2] * 4)
+    # 0.1.4's format reward is the mean over assistant messages: three tool-call turns
+    # (0.2 each) and the tagged answer (1.0) give 0.4, weighted 0.2.
+    assert result.reward == pytest.approx([1.08] * 4)
     assert result.metrics["search_pages_calls"] == [1.0] * 4
     wrong = await evaluate(env, wiki_reply(env, rows, lambda row: "Atlantis"), n=4)
-    assert wrong.reward == pytest.approx([0.2] * 4)
+    assert wrong.reward == pytest.approx([0.08] * 4)
 
 
 async def test_wiki_search_optional_judge(monkeypatch):
@@ -411,7 +414,7 @@ async def test_wiki_search_optional_judge(monkeypatch):
         result = await evaluate(env, wiki_reply(env, by_question(env), lambda row: "something else"))
         assert judge.requests and "something else" in judge.requests[0][1]["messages"][0]["content"]
     assert result.metrics["judge_correct"] == [1.0, 1.0] and result.metrics["exact_match"] == [0.0, 0.0]
-    assert result.reward == pytest.approx([1.2, 1.2])
+    assert result.reward == pytest.approx([1.08, 1.08])  # format 0.4 x 0.2, as above
 
 
 # -- tool-test -------------------------------------------------------------------

@@ -411,7 +411,7 @@ def test_nccl_control_flow_with_a_fake_broadcast(monkeypatch):
             )
             self.control = control
 
-        def send(self, tensors):
+        def send(self, tensors, ready=None):
             self.control.start_weight_update()
             info = {
                 "names": list(tensors),

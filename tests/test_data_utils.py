@@ -25,7 +25,8 @@ from verifiers.utils import data as data_utils
         (r"first \boxed{1} then \boxed{2}", "2"),
         (r"\boxed{a{b{c}}d} tail", "a{b{c}}d"),
         (r"\boxed{}", ""),
-        (r"done \boxed{7} and then \boxed{unfinished", "7"),  # truncated last box: the last complete one
+        # 0.1.4: a last box that never closes gives the text back (tests/parity compares many more)
+        (r"done \boxed{7} and then \boxed{unfinished", r"done \boxed{7} and then \boxed{unfinished"),
         ("no box here", "no box here"),  # unchanged, as 0.1.x
         (r"\boxed{never closed", r"\boxed{never closed"),
         ("", ""),
@@ -60,8 +61,8 @@ def test_text_without_box_is_returned_unchanged(text):
     [
         ("She has 3 + 4 = 7 apples.\n#### 7", "7"),
         ("#### 42 ", "42"),
-        ("a #### 1\nb #### 1,000", "1,000"),
-        ("no marker", None),
+        ("a #### 1\nb #### 1,000", "1\nb"),  # 0.1.4: the text between the first two markers
+        ("no marker", "no marker"),  # 0.1.4: the text itself
         ("####", ""),
     ],
 )
@@ -160,3 +161,87 @@ def test_my_modules_do_not_import_heavy_packages():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd=root
     )
     assert out.stdout.strip() == ""
+
+
+# 0.1.4's names: one raw row in the hub dataset's own columns -> the row 0.1.4 made of it.
+HUB_ROWS = {
+    "aime2024": ({"problem": "P", "answer": "073"}, {"question": "P", "answer": "73"}),
+    "aime2025": ({"question": "P", "answer": "$12$"}, {"question": "P", "answer": "12"}),
+    "amc2023": ({"problem": "P", "answer": "3"}, {"question": "P", "answer": "3"}),
+    "gsm8k": ({"question": "Q", "answer": "so\n#### 5"}, {"question": "Q", "answer": "5"}),
+    "math": ({"problem": "P", "solution": "thus \\boxed{\\frac12}"}, {"question": "P", "answer": "\\frac12"}),
+    "math500": ({"problem": "P", "answer": "4"}, {"question": "P", "answer": "4"}),
+    "mmlu": (
+        {"question": "Q", "choices": ["a", "b", "c", "d"], "answer": 2},
+        {"question": "Question: Q\n\nA: a\nB: b\nC: c\nD: d", "answer": "C"},
+    ),
+    "mmlu_pro": (
+        {"question": "Q", "options": ["a", "b"], "answer": "B"},
+        {"question": "Question: Q\n\nA: a\nB: b", "answer": "B"},
+    ),
+    "openbookqa": (
+        {"question_stem": "Q", "choices": {"text": ["x", "y"], "label": ["A", "B"]}, "answerKey": "B"},
+        {"question": "Question: Q\n\nChoices:\nA. x\nB. y", "answer": "B"},
+    ),
+    "openrs": ({"problem": "P", "answer": "1", "level": "Easy"}, {"question": "P", "answer": "1"}),
+    "openrs_easy": ({"problem": "P", "answer": "1", "level": "Easy"}, {"question": "P", "answer": "1"}),
+    "openrs_hard": ({"problem": "P", "answer": "1", "level": "Hard"}, {"question": "P", "answer": "1"}),
+    "prime_code": (
+        {
+            "prompt": "Solve the following coding problem using the programming language python: x",
+            "verification_info": "{}",
+        },
+        {
+            "question": "Solve the following coding problem using the programming language python: x",
+            "answer": "{}",
+        },
+    ),
+}
+
+
+def test_all_fifteen_014_names_are_known():
+    assert set(data_utils.HUB_DATASETS) == set(HUB_ROWS) | {"gpqa_diamond", "gpqa_main"}
+    assert len(data_utils.HUB_DATASETS) == 15
+
+
+@pytest.mark.parametrize("name", sorted(HUB_ROWS))
+def test_hub_names_give_014_columns(monkeypatch, name):
+    import datasets
+
+    raw, expected = HUB_ROWS[name]
+    seen = []
+
+    def fake(path, config=None, split=None):
+        seen.append((path, config, split))
+        return datasets.Dataset.from_list([raw])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    ds = vf.load_example_dataset(name)
+    spec = data_utils.HUB_DATASETS[name]
+    assert seen[0] == (spec.path, spec.config, spec.default_split)
+    assert ds.column_names == ["question", "answer"] and ds[-1] == expected
+
+
+def test_gpqa_row_keeps_the_right_letter(monkeypatch):
+    import datasets
+
+    raw = {
+        "Question": "Q",
+        "Correct Answer": "right",
+        "Incorrect Answer 1": "w1",
+        "Incorrect Answer 2": "w2",
+        "Incorrect Answer 3": "w3",
+    }
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_list([raw]))
+    row = vf.load_example_dataset("gpqa_diamond")[0]
+    assert f"{row['answer']}: right" in row["question"] and row["question"].startswith("Question: Q\n\nA: ")
+
+
+def test_offline_hub_name_fails_in_one_line(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(ConfigError) as info:
+        vf.load_example_dataset("math")
+    message = str(info.value)
+    assert (
+        "needs the Hugging Face hub" in message and "HF_DATASETS_OFFLINE" in message and "\n" not in message
+    )

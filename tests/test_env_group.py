@@ -46,7 +46,8 @@ def test_group_dataset_concatenates_with_task_names():
     group = EnvGroup([math, code])
     assert group.dataset["task"] == ["env_0"] * 2 + ["env_1"] * 3
     assert group.dataset["id"] == list(range(5))
-    assert group.eval_dataset["task"] == ["env_0"]
+    # 0.1.4: a member without an eval split contributes its training split to the group's.
+    assert group.eval_dataset["task"] == ["env_0"] + ["env_1"] * 3
     named = EnvGroup([math, code], env_names=["math", "code"])
     assert set(named.dataset["task"]) == {"math", "code"}
     with pytest.raises(ConfigError, match="2 envs but 1 env_names"):

@@ -72,7 +72,8 @@ def test_xml_round_trip(values):
     raw = parser.parse(text, strip=False)
     for name, value in kwargs.items():
         assert getattr(stripped, name) == value.strip()
-        assert getattr(raw, name) == f"\n{value}\n"
+        # 0.1.4: whitespace around a block's content is outside the match, stripped or not.
+        assert getattr(raw, name) == value.strip()
 
 
 @settings(max_examples=40, deadline=None)
@@ -106,12 +107,21 @@ def test_xml_alternatives_parse_each_name_on_its_own_as_in_01x():
     assert parser.get_format_str() == "<think>\n...\n</think>\n<[ tool | answer ]>\n...\n</[ tool | answer ]>"
 
 
-def test_xml_last_complete_block_wins_and_mentions_do_not_swallow_blocks():
+def test_xml_first_block_wins_as_in_014():
+    """0.1.4: parse takes a tag's first block (last=True its last); a chat answer is the
+    latest assistant message's first block, a string answer the string's last block."""
     parser = XMLParser(["think", "answer"])
-    text = "<think>I will write <answer> at the end</think>\n<answer>1</answer> no wait <answer> 2 </answer>"
-    assert parser.parse(text).answer == "2"
+    text = "<answer>7</answer> ... <answer>8</answer>"
+    assert parser.parse(text).answer == "7"
+    assert parser.parse(text, last=True).answer == "8"
+    assert parser.parse_answer(chat(("assistant", text))) == "7"
+    assert parser.parse_answer(text) == "8"
     assert parser.parse("<answer>7</answer> then <answer>unclosed").answer == "7"
     assert parser.parse("<answer>truncated").answer is None
+    # A mention of the tag starts the first block (0.1.4's shortest match from the first tag).
+    assert (
+        parser.parse("<answer> is where it goes: <answer>1</answer>").answer == "is where it goes: <answer>1"
+    )
 
 
 def test_xml_parse_answer_searches_back_through_assistant_messages():
@@ -157,26 +167,26 @@ def test_xml_format_str_names_every_tag_and_alternative():
         assert tag in text
 
 
-def test_xml_format_reward_scores_tag_usage():
+def test_xml_format_reward_uses_014_weights():
+    """0.2 always, 0.4 x share of fields present (once a block is complete), 0.2 for starting
+    with the first field's tag, 0.2 for ending with the last field's closing tag."""
     parser = XMLParser(["think", "answer"])
     reward = parser.get_format_reward_func()
     perfect = "<think>\nreasoning\n</think>\n<answer>\n42\n</answer>"
     assert reward(completion=perfect) == pytest.approx(1.0)
     assert reward(completion=chat(("assistant", perfect))) == pytest.approx(1.0)
-    missing_field = reward(completion="<answer>42</answer>")
-    chatter = reward(completion="Sure! Here is a long preamble before my answer. " + perfect)
-    duplicated = reward(completion=perfect + "<answer>43</answer>")
-    for score in (missing_field, chatter, duplicated):
-        assert 0.0 < score < 1.0
-    assert reward(completion="no tags at all") == 0.0
-    assert reward(completion=chat(("user", perfect))) == 0.0  # only assistant text counts
-    # Mean over assistant messages; a message making only native tool calls is not judged.
+    assert reward(completion=chat(("assistant", "<answer>  42  </answer>"))) == pytest.approx(0.6)
+    assert reward(completion="Sure! " + perfect) == pytest.approx(0.8)
+    assert reward(completion="no tags at all") == pytest.approx(0.2)
+    assert reward(completion="<think>unclosed") == pytest.approx(0.4)  # starts right, no block
+    assert reward(completion=chat(("user", perfect))) == 0.0  # no assistant message
+    # Mean over assistant messages; a tool-call-only message (no text) counts, with 0.2.
     mixed = [
         {"role": "assistant", "content": perfect},
-        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f"}}]},
         {"role": "assistant", "content": "untagged"},
     ]
-    assert reward(completion=mixed) == pytest.approx(0.5)
+    assert reward(completion=mixed) == pytest.approx((1.0 + 0.2 + 0.2) / 3)
 
 
 @settings(max_examples=60, deadline=None)
@@ -195,8 +205,8 @@ def test_xml_format_reward_is_bounded(text):
         ("<think>hmm</think>\n 42 ", "42"),
         ("<think>a</think>draft</think> final", "final"),  # after the last </think>
         ("reasoning from a template-opened block</think>7", "7"),
-        ("  no think block at all  ", "no think block at all"),
-        ("<think>still thinking when cut off", None),
+        ("  no think block at all  ", ""),  # 0.1.4: no </think>, no answer
+        ("<think>still thinking when cut off", ""),
         ("<think>done</think>", ""),
     ],
 )
@@ -208,7 +218,9 @@ def test_think_parse_answer_applies_extract_fn_to_the_last_assistant_message():
     parser = ThinkParser(extract_fn=lambda s: s.split()[-1])
     completion = chat(("assistant", "<think>x</think> answer is 1"), ("assistant", "<think>y</think> so 2"))
     assert parser.parse_answer(completion) == "2"
-    assert parser.parse_answer("<think>never closed") is None
+    # 0.1.4: without </think> the answer part is "" and extract_fn sees "".
+    assert ThinkParser().parse_answer("<think>never closed") == ""
+    assert ThinkParser().parse_answer(chat(("assistant", "hello"))) == ""
 
 
 @pytest.mark.parametrize(
@@ -218,7 +230,8 @@ def test_think_parse_answer_applies_extract_fn_to_the_last_assistant_message():
         ("\n  <think>r</think>\nanswer", True),
         ("answer first <think>r</think> more", False),
         ("<think>r</think><think>s</think>answer", False),
-        ("<think>r</think>   ", False),
+        ("<think>r</think>   ", True),  # 0.1.4: anything after </think>, whitespace too
+        ("<think>r</think>", False),
         ("<think>r</think>answer</think>", False),
         ("plain answer", False),
     ],
@@ -237,5 +250,6 @@ def test_think_format_reward_is_the_share_of_good_assistant_messages():
         {"role": "assistant", "content": "<think>r</think>final"},
         {"role": "assistant", "content": "forgot to think"},
     ]
-    assert reward(completion=completion) == pytest.approx(2 / 3)
+    # 0.1.4: a tool-call message needs an answer after </think> like any other.
+    assert reward(completion=completion) == pytest.approx(1 / 3)
     assert reward(completion=chat(("user", "hi"))) == 0.0

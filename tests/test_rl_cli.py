@@ -221,7 +221,7 @@ def test_missing_or_broken_config_file(tmp_path, capsys):
 def test_gpus_on_a_cpu_machine_is_refused_before_starting(config_file, capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     line = one_error(capsys, rl_cli.main(["@", str(config_file), "--trainer.gpus", "1"]))
-    assert "asks for 1 GPU(s)" in line and "but 0 are visible (set gpus = 0 to run on CPU)" in line
+    assert "asks for 1 GPU(s)" in line and "but 0 CUDA device(s) are visible; it never falls back to CPU" in line
 
 
 def test_vf_train_bad_input(tmp_path, config_file, capsys):
@@ -252,7 +252,7 @@ def test_setup_declares_the_rl_extra_and_tomli_for_python_310(monkeypatch):
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / "setup.py"))
     extras = captured["extras_require"]
-    assert extras["rl"] == extras["train"] + extras["deepspeed"]
+    assert extras["rl"] == extras["train"] + extras["deepspeed"] + extras["vllm"]  # the GPU install
     assert any(r.startswith("deepspeed") for r in extras["rl"])
     for name in ("trl", "wandb", "deepspeed"):
         assert not any(r.startswith(name) for r in extras["train"]), name
@@ -310,7 +310,7 @@ def test_setup_writes_example_configs_that_parse(tmp_path, capsys):
     assert setup_cli.main(["--dir", str(out)]) == 0
     written = sorted(p.stem for p in out.glob("*.toml"))
     assert written == sorted(setup_cli.example_configs())
-    assert len(written) == 10
+    assert len(written) == 11  # reverse-text has a GPU (the guide's) and a CPU recipe
     for path in out.glob("*.toml"):
         tc.load_config(path)
     assert f"wrote {out / 'reverse-text.toml'}" in capsys.readouterr().out
@@ -343,8 +343,8 @@ def test_setup_list(capsys):
 
 
 def test_prime_rl_config_content(tmp_path):
-    assert setup_cli.main(["--prime-rl", "reverse-text", "--dir", str(tmp_path)]) == 0
-    text = (tmp_path / "reverse-text.toml").read_text()
+    assert setup_cli.main(["--prime-rl", "reverse-text-cpu", "--dir", str(tmp_path)]) == 0  # SmolLM2's recipe
+    text = (tmp_path / "reverse-text-cpu.toml").read_text()
     assert text.startswith("# prime-rl config for reverse-text")
     cfg = tc.tomllib.loads(text)
     assert cfg["max_steps"] == 20
@@ -360,14 +360,18 @@ def test_prime_rl_config_content(tmp_path):
             "args": {"num_train_examples": 400, "num_eval_examples": 20},
         }
     ]
-    assert cfg["trainer"]["model"]["lora"] == {
+    assert (cfg["inference_gpu_ids"], cfg["trainer_gpu_ids"]) == ([0], [1])  # prime-rl needs GPUs
+    assert (orch["mask_truncated_completions"], orch["zero_truncated_completions"]) == (True, False)
+    assert orch["buffer"] == {"type": "online-difficulty", "oversampling_factor": 2.0}
+    assert cfg["trainer"]["model"]["experimental"]["lora"] == {
         "rank": 8,
         "alpha": 16,
         "dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
     }
-    assert cfg["trainer"]["optim"] == {"lr": 5e-4, "max_norm": 1.0}
-    assert cfg["inference"] == {"enable_lora": True, "max_lora_rank": 8}
+    assert cfg["trainer"]["optim"] == {"lr": 5e-4, "weight_decay": 0.0, "max_norm": 1.0}
+    inference_model = {"enforce_eager": True, "max_model_len": 1024}
+    assert cfg["inference"] == {"enable_lora": True, "max_lora_rank": 8, "model": inference_model}
     assert "ckpt" in cfg
 
 
@@ -378,7 +382,7 @@ def test_prime_rl_model_override_and_full_finetuning(tmp_path):
     cfg = tc.tomllib.loads(setup_cli.prime_rl_toml(example, model="Qwen/Qwen3-0.6B"))
     assert cfg["model"]["name"] == "Qwen/Qwen3-0.6B"
     assert "model" not in cfg["trainer"] and "lora_name" not in cfg["orchestrator"]
-    assert cfg["inference"] == {}
+    assert cfg["inference"] == {"model": {"max_model_len": 4096}}  # no LoRA flags
 
 
 def test_setup_bad_input(capsys):

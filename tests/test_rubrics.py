@@ -170,7 +170,17 @@ async def test_raising_function_scores_zero_is_counted_and_logged_once(caplog):
     assert "flaky_error" not in clean.metrics
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, None, "1.0", [1.0]])
+def test_numeric_strings_count_as_in_014():
+    """0.1.4 took float() of the result: "1.0" is 1.0 (a non-number still scores 0.0)."""
+
+    def as_text(completion):
+        return "0.5"
+
+    score = asyncio.run(Rubric(funcs=[as_text]).score_rollout(PROMPT, said("x"), "x", {}))
+    assert score.reward == 0.5 and score.metrics == {"as_text": 0.5}
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, None, "one", [1.0]])
 async def test_non_finite_or_non_numeric_scores_become_zero_errors(value):
     def odd(completion):
         return value
@@ -434,7 +444,8 @@ def math_rubric_module():
     "completion, answer, expected",
     [
         ("<think>half</think> The answer is \\boxed{1/2}.", "0.5", 1.0),
-        ("\\boxed{\\frac{1}{2}}", "1/2", 1.0),
+        ("\\boxed{\\frac{1}{2}}", "1/2", 0.0),  # 0.1.4's default parser needs </think>
+        ("<think>r</think>\\boxed{\\frac{1}{2}}", "1/2", 1.0),
         ("<think>r</think>\\boxed{\\sqrt{2}/2}", "1/\\sqrt{2}", 1.0),
         ("<think>hm</think>\\boxed{3}", "2", 0.0),
         ("<think>\\boxed{2} is my guess but I ran out of tok", "2", 0.0),  # unfinished thought
@@ -451,7 +462,7 @@ async def test_math_rubric_checks_equivalence(math_rubric_module, completion, an
 async def test_math_rubric_keeps_user_functions_and_works_off_the_main_thread(math_rubric_module):
     rubric = math_rubric_module.MathRubric(funcs=[exact], weights=[0.5])
     assert rubric.get_reward_func_names() == ["exact", "correct_answer_reward_func"]
-    completions = [said("\\boxed{0.5}"), said("\\boxed{7}")]
+    completions = [said("<think>r</think>\\boxed{0.5}"), said("<think>r</think>\\boxed{7}")]
     results = {}
 
     def worker():  # e.g. a trainer's background generator: no signals off the main thread
@@ -479,7 +490,7 @@ async def test_math_rubric_time_limit_interrupts_a_runaway_check(math_rubric_mod
     rubric = math_rubric_module.MathRubric(timeout_seconds=0.2)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="verifiers"):
-        score = await rubric.score_rollout(PROMPT, said("\\boxed{1}"), "1", {})
+        score = await rubric.score_rollout(PROMPT, said("<think>r</think>\\boxed{1}"), "1", {})
     assert time.monotonic() - started < 2.0
     assert score.reward == 0.0 and score.metrics["correct_answer_reward_func_error"] == 1.0
     assert any("longer than 0.2" in r.getMessage() for r in caplog.records)

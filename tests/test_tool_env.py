@@ -79,14 +79,21 @@ def call(name, args, id_="c1"):
 
 
 def test_function_to_tool_schema():
+    """0.1.4's strict schema: pydantic's JSON schema, every parameter required (tests/parity
+    compares many generated functions with 0.1.4 itself)."""
     schema = function_to_tool_schema(add)
     fn = schema["function"]
-    assert schema["type"] == "function" and fn["name"] == "add"
-    assert fn["description"] == "Add two integers. Returns: The sum."
-    props = fn["parameters"]["properties"]
-    assert props["a"] == {"type": "integer", "description": "The first number."}
-    assert props["b"] == {"type": "integer", "description": "The second number, on two lines.", "default": 2}
-    assert fn["parameters"]["required"] == ["a"]
+    assert schema["type"] == "function" and fn["name"] == "add" and fn["strict"] is True
+    assert fn["description"] == "Add two integers."  # the text before the sections
+    params = fn["parameters"]
+    assert params["properties"]["a"] == {"description": "The first number.", "title": "A", "type": "integer"}
+    assert params["properties"]["b"] == {
+        "default": 2,
+        "description": "The second number,\non two lines.",
+        "title": "B",
+        "type": "integer",
+    }
+    assert params["required"] == ["a", "b"] and params["additionalProperties"] is False
 
     def typed(
         mode: Literal["a", "b"], xs: list[float], opt: str | None = None, m: dict[str, int] | None = None
@@ -94,10 +101,13 @@ def test_function_to_tool_schema():
         """Typed."""
 
     props = function_to_tool_schema(typed)["function"]["parameters"]["properties"]
-    assert props["mode"] == {"enum": ["a", "b"], "type": "string"}
-    assert props["xs"] == {"type": "array", "items": {"type": "number"}}
-    assert props["opt"] == {"type": "string", "default": None}
-    assert props["m"] == {"type": "object", "additionalProperties": {"type": "integer"}, "default": None}
+    assert props["mode"] == {"enum": ["a", "b"], "title": "Mode", "type": "string"}
+    assert props["xs"] == {"items": {"type": "number"}, "title": "Xs", "type": "array"}
+    assert props["opt"] == {
+        "anyOf": [{"type": "string"}, {"type": "null"}],
+        "title": "Opt",
+    }  # default None dropped
+    assert props["m"]["anyOf"][0] == {"additionalProperties": {"type": "integer"}, "type": "object"}
 
 
 # -- ToolEnv -------------------------------------------------------------------

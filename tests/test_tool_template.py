@@ -287,7 +287,12 @@ def test_server_renders_tools_and_parses_calls_and_trainer_tokens_match(tiny_mod
     turns = state["turn_tokens"]
     assert len(turns) == 2
     seen = tok.decode(turns[0].prompt_ids)
-    assert json.dumps(env.oai_tools[0]) in seen and seen.endswith("<|im_start|>assistant\n")
+    # The template writes name, description and parameters (not 0.1.4's "strict" flag).
+    shown = {
+        "type": "function",
+        "function": {k: v for k, v in env.oai_tools[0]["function"].items() if k != "strict"},
+    }
+    assert json.dumps(shown) in seen and seen.endswith("<|im_start|>assistant\n")
     # (c) trainer-side tokens of prompt + env turns == the server's prompt ids, turn by turn
     for turn, k in zip(turns, (0, 2), strict=True):
         assert render_chat_ids(tok, prompt + completion[:k], True, env.oai_tools) == list(turn.prompt_ids)

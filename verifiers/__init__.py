@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from verifiers.envs.decorators import cleanup, stop, teardown
 from verifiers.envs.environment import Environment
 from verifiers.envs.group import EnvGroup
 from verifiers.envs.multiturn import MultiTurnEnv
@@ -34,6 +35,7 @@ from verifiers.rubrics.judge import JudgeRubric
 from verifiers.rubrics.rubric import Rubric
 from verifiers.rubrics.tool import ToolRubric
 from verifiers.types import (
+    AssistantMessage,
     ChatMessage,
     GenerateInputs,
     GenerateOutputs,
@@ -45,11 +47,15 @@ from verifiers.types import (
     RolloutScores,
     SamplingArgs,
     State,
+    SystemMessage,
+    ToolMessage,
     TurnTokens,
+    UserMessage,
 )
 from verifiers.utils.compat import import_training_module
 from verifiers.utils.data import extract_boxed_answer, extract_hash_answer, load_example_dataset
 from verifiers.utils.display import print_prompt_completions_sample
+from verifiers.utils.ensure import MissingKeyError, ensure_keys
 from verifiers.utils.env_loader import load_environment
 from verifiers.utils.logging import setup_logging
 
@@ -72,6 +78,7 @@ _LAZY: dict[str, tuple[str, str]] = {
 
 
 __all__ = [
+    "AssistantMessage",
     "ChatMessage",
     "ConfigError",
     "DatasetFormatError",
@@ -85,6 +92,7 @@ __all__ = [
     "JudgeRubric",
     "Messages",
     "MissingExtraError",
+    "MissingKeyError",
     "MultiTurnEnv",
     "Parser",
     "ProcessedOutputs",
@@ -98,19 +106,26 @@ __all__ = [
     "SingleTurnEnv",
     "State",
     "StatefulToolEnv",
+    "SystemMessage",
     "ThinkParser",
     "ToolEnv",
+    "ToolMessage",
     "ToolRubric",
     "TurnTokens",
+    "UserMessage",
     "VerifiersError",
     "WeightSyncError",
     "XMLParser",
+    "cleanup",
+    "ensure_keys",
     "extract_boxed_answer",
     "extract_hash_answer",
     "load_environment",
     "load_example_dataset",
     "print_prompt_completions_sample",
     "setup_logging",
+    "stop",
+    "teardown",
     *_LAZY,
 ]
 

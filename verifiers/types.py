@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, Union
+from typing import Any, ClassVar, Literal, TypedDict, Union
 
 # Re-exported: the typed failure a rollout state carries (defined with its kinds in rollout/failure.py).
 from verifiers.rollout.failure import FailureKind, RolloutFailure  # noqa: F401
@@ -172,3 +172,76 @@ class ProcessedOutputs:
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
+
+
+# -- 0.1.8+ message types -------------------------------------------------------------
+# Upstream 0.1.8+ builds messages with ``vf.UserMessage(content=...)`` and friends.
+# Here they are dicts (the OpenAI wire shape every part of this package already
+# handles: JSON, datasets, the openai client) that also read like objects
+# (``msg.content``), so a module may use either style.
+
+
+class _MessageDict(dict):
+    """A chat message: a dict with a fixed ``role`` whose keys also read as attributes."""
+
+    ROLE: ClassVar[str] = ""
+    REQUIRED: ClassVar[tuple[str, ...]] = ("content",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *args: Any, **fields: Any):
+        super().__init__(role=self.ROLE)  # role first, as chat messages are usually written
+        self.update(*args, **fields)
+        role = self["role"]
+        if role != self.ROLE:
+            from verifiers.errors import ConfigError
+
+            raise ConfigError(f"{type(self).__name__} has role {self.ROLE!r}, got role={role!r}")
+        missing = [key for key in self.REQUIRED if key not in self]
+        if missing:
+            from verifiers.errors import ConfigError
+
+            raise ConfigError(
+                f"{type(self).__name__} needs {', '.join(missing)}",
+                hint=f"e.g. {type(self).__name__}({', '.join(f'{k}=...' for k in missing)})",
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self:
+            return self[name]
+        if name in self.OPTIONAL:
+            return None
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def model_dump(self, exclude_none: bool = False, **_: Any) -> dict[str, Any]:
+        """A plain dict of the message (the name upstream's pydantic messages use)."""
+        return {k: v for k, v in self.items() if not (exclude_none and v is None)}
+
+
+class SystemMessage(_MessageDict):
+    """``{"role": "system", "content": ...}``."""
+
+    ROLE = "system"
+
+
+class UserMessage(_MessageDict):
+    """``{"role": "user", "content": ...}`` (content: text or a list of content parts)."""
+
+    ROLE = "user"
+
+
+class AssistantMessage(_MessageDict):
+    """``{"role": "assistant", "content": ..., ["tool_calls": ...]}``; content may be None."""
+
+    ROLE = "assistant"
+    REQUIRED = ()
+    OPTIONAL = ("content", "reasoning_content", "tool_calls")
+
+
+class ToolMessage(_MessageDict):
+    """``{"role": "tool", "tool_call_id": ..., "content": ...}``."""
+
+    ROLE = "tool"
+    REQUIRED = ("tool_call_id", "content")

@@ -246,6 +246,7 @@ def load_environment(
     num_examples: int = 2,
     system_prompt: str = SYSTEM_PROMPT,
     seed: int = 0,
+    eval_split: str = "test",
 ) -> vf.Environment:
     """Build the math-python environment.
 
@@ -259,7 +260,10 @@ def load_environment(
         num_examples: worked problems (question, python call, output, boxed answer) shown first (0 to 2).
         system_prompt: instructions shown to the model.
         seed: seed of the random subset taken when a count is given.
+        eval_split: the split evaluated on ("test", or "train" to evaluate on training problems).
     """
+    if eval_split not in SPLITS:
+        raise ConfigError(f"eval_split must be one of {sorted(SPLITS)}, got {eval_split!r}")
     if not 0 <= num_examples <= len(EXAMPLES):
         raise ConfigError(f"num_examples must be 0 to {len(EXAMPLES)}, got {num_examples}")
     from datasets import Dataset
@@ -278,7 +282,7 @@ def load_environment(
         tools=[tool],
         max_turns=max_turns,
         dataset=take("train", num_train_examples),
-        eval_dataset=take("test", num_eval_examples),
+        eval_dataset=take(eval_split, num_eval_examples),
         system_prompt=system_prompt,
         few_shot=few_shot(num_examples),
         parser=parser,

@@ -23,7 +23,7 @@ already differ in reward), plus 0.2 for the tag format.
 
 Server and training in one command (vf-rl, with vf.RLTrainer and these sizes):
 
-    vf-rl @ configs/vf-rl/reverse-text.toml
+    vf-rl @ configs/vf-rl/reverse-text-cpu.toml
 
 The LoRA adapter, checkpoints and curves.png are written to outputs/reverse-text/.
 """

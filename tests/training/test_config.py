@@ -196,7 +196,10 @@ def test_step_batch_divisibility_is_plain(per_device, processes, accum, gens, ok
             dict(generation_batch_size=16, steps_per_generation=1),
             "generation_batch_size=16 and steps_per_generation=1 disagree.* = 8",
         ),
-        (dict(generation_batch_size=12), r"generation_batch_size=12 is not a positive multiple .*\(8\)"),
+        (
+            dict(generation_batch_size=12),
+            r"generation_batch_size=12 is neither a multiple nor a whole fraction of .*\(8\)",
+        ),
         (
             dict(gradient_accumulation_steps=2, steps_per_generation=3),
             "steps_per_generation=3 .* gradient_accumulation_steps=2",

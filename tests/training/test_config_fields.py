@@ -149,15 +149,20 @@ def test_training_arguments_assigned_after_creation_are_converted_and_checked():
     assert args.resolve().mixed_precision == "bf16"
 
 
-def test_max_completion_length_is_max_tokens():
-    args = GRPOConfig(output_dir="/tmp/x", report_to="none", max_completion_length=48)
-    assert args.max_tokens == 48 and sampling_args_from_config(args)["max_tokens"] == 48
+def test_max_completion_length_caps_the_whole_rollout():
+    """The guide's lengths: max_tokens per turn, max_completion_length for a rollout's whole
+    completion (issue 23). The first turn may use at most the smaller of the two; longer
+    samples are cut to the cap and trained as truncated (test_guide_snippets.py)."""
     args = defaults()
-    args.max_completion_length = 64  # the TRL name, assigned the 0.1.x way
-    assert sampling_args_from_config(args.resolve())["max_tokens"] == 64
-    with pytest.raises(ConfigError, match="max_tokens=32 and max_completion_length=64 disagree"):
-        GRPOConfig(output_dir="/tmp/x", report_to="none", max_tokens=32, max_completion_length=64)
-    assert GRPOConfig(output_dir="/tmp/x", report_to="none", max_tokens=32, max_completion_length=32)
+    args.max_tokens = 1024
+    args.max_completion_length = 2048
+    args.resolve()
+    assert (args.max_tokens, args.max_completion_length) == (1024, 2048)
+    assert sampling_args_from_config(args)["max_tokens"] == 1024
+    args = GRPOConfig(output_dir="/tmp/x", report_to="none", max_completion_length=48)
+    assert args.max_tokens is None and sampling_args_from_config(args)["max_tokens"] == 48
+    args = GRPOConfig(output_dir="/tmp/x", report_to="none", max_tokens=64, max_completion_length=32)
+    assert sampling_args_from_config(args)["max_tokens"] == 32
     with pytest.raises(ConfigError, match="max_completion_length=0 must be >= 1"):
         GRPOConfig(output_dir="/tmp/x", report_to="none", max_completion_length=0)
 
@@ -217,9 +222,8 @@ def test_rlconfig_refuses_out_of_range_values_where_given(kwargs, pattern):
     assert "\n" not in str(info.value)
 
 
-def test_rlconfig_takes_the_per_turn_limit_as_max_tokens_only():
-    with pytest.raises(ConfigError, match="grpo_args sets 'max_completion_length'.*'max_tokens'"):
-        RLConfig(grpo_args={"max_completion_length": 64})
+def test_rlconfig_passes_the_rollout_cap_through_grpo_args():
+    assert RLConfig(grpo_args={"max_completion_length": 64}).to_grpo_config().max_completion_length == 64
 
 
 def test_rlconfig_max_prompt_len_default_follows_max_seq_len(tmp_path):
@@ -233,7 +237,7 @@ def test_rlconfig_max_prompt_len_default_follows_max_seq_len(tmp_path):
 # GRPOConfig's own fields (and TrainingArguments' fields it gives a meaning for rollouts) that
 # config.py itself folds into others, or whose effect is checked by a behavioural test.
 GRPO_BEHAVIOURAL = {
-    "max_completion_length": "test_max_completion_length_is_max_tokens",
+    "max_completion_length": "test_max_completion_length_caps_the_whole_rollout",
     "max_prompt_length": "test_max_prompt_length_default_follows_max_seq_len; "
     "tests/training/test_prompt_truncation.py; test_trainer.py::test_server_cuts_long_prompts_before_the_server",
     "epsilon_high": "test_epsilon_high_follows_epsilon_and_loss_type_unless_given",
@@ -296,6 +300,7 @@ RL_CHANGES: dict[str, dict] = {
     "top_k": dict(top_k=20),
     "min_p": dict(min_p=0.1),
     "repetition_penalty": dict(repetition_penalty=1.1),
+    "stop": dict(stop=["</answer>"]),
     "use_lora": dict(use_lora=False),
     "lora_rank": dict(lora_rank=16),
     "lora_alpha": dict(lora_alpha=32),

@@ -10,9 +10,8 @@ several processes").
   crash of rank 1 at step 2; a server outage of a few seconds (carries on) and one that
   never ends; an outage longer than the collective timeout (ridden out on heartbeats); a
   tool that never returns (its ``tool_timeout`` ends it; without one, the batch's
-  ``async_generation_timeout``). A plain-function tool that never returns still keeps the
-  main process from exiting (its thread pool is joined at exit): ``xfail`` until the tool
-  runner uses daemon threads.
+  ``async_generation_timeout``); a plain-function tool that never returns does not keep the
+  main process from exiting (sync tools run on daemon threads, ``DaemonThreadPool``).
 
 The default suite runs the in-process checks and the crash; the rest are ``slow``.
 """
@@ -224,10 +223,6 @@ def test_a_tool_without_a_limit_ends_every_process_by_the_batch_timeout(tiny_mod
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sync tool's thread is joined at interpreter exit (ThreadPoolExecutor), so rank 0 never exits",
-)
 def test_a_sync_tool_that_never_returns_does_not_block_exit(tiny_model_dir, tmp_path):
     rc, text, _ = launch(tiny_model_dir, tmp_path, "--tool", "sync", "--tool-timeout", "2", limit=START_S)
     assert rc == 0 and finished(text), text[-3000:]

@@ -84,25 +84,25 @@ class CountingGather:
             self.active -= 1
 
 
-def test_full_sync_sends_every_parameter_in_small_gathers():
+def test_full_sync_is_one_update_of_every_parameter_in_small_gathers():
     model = tiny_llama()
     client, gather = FakeClient(), CountingGather()
     syncer = WeightSyncer(client, model, gather=gather, max_tensors_per_gather=3, max_bytes_per_request=4096)
-    client.batches = []
+    client.kwargs = []
     original = client.update_weights
-    client.update_weights = lambda named, **kw: (
-        client.batches.append([n for n, _ in named]),
-        original(named),
-    )
+    client.update_weights = lambda named, **kw: (client.kwargs.append(kw), original(named))
     result = syncer.sync()
-    # Never split one module's tensors (q/k/v are fused by the server) across updates.
-    modules = [{n.rsplit(".", 2)[0] for n in b if ".layers." in n} for b in client.batches]
-    assert all(not (a & b) for i, a in enumerate(modules) for b in modules[i + 1 :])
+    # One server transaction however large (it was one per ~max_bytes): the tensors stream in,
+    # and the client cuts them into files of max_bytes between layers.
+    assert client.weight_calls == 1
+    assert client.kwargs[0]["max_file_bytes"] == 4096
     expected = dict(model.named_parameters())
     assert set(client.weights) == set(expected)  # HF names; tied lm_head appears once
     assert all(torch.equal(client.weights[n], p.data) for n, p in expected.items())
+    # Everything announced up front, before any gather: names, shapes and dtypes.
+    announced = {p["name"]: (p["shape"], p["dtype"]) for p in client.kwargs[0]["params"]}
+    assert announced == {n: (list(p.shape), "float32") for n, p in expected.items()}
     assert max(gather.sizes) <= 3 and sum(gather.sizes) == len(expected)
-    assert client.weight_calls > 1  # split into several requests by the byte budget
     assert result.mode == "full" and result.num_tensors == len(expected) and client.resets == 1
 
 
@@ -113,6 +113,16 @@ def test_non_main_rank_gathers_but_sends_nothing():
         client, model, gather=gather, is_main_process=False, max_tensors_per_gather=4
     ).sync()
     assert client.weight_calls == 0 and client.resets == 0 and result.num_tensors == 0
+    assert sum(gather.sizes) == len(list(model.parameters()))
+
+
+def test_a_client_that_skips_the_update_still_gathers_every_layer():
+    """The multi-process outage latch returns without reading the stream: the main process must
+    still run every gather, or the other ranks would wait in theirs forever."""
+    model = tiny_llama()
+    client, gather = FakeClient(), CountingGather()
+    client.update_weights = lambda pairs, **kw: None
+    WeightSyncer(client, model, gather=gather, max_tensors_per_gather=2).sync()
     assert sum(gather.sizes) == len(list(model.parameters()))
 
 

@@ -177,7 +177,7 @@ class Endpoint:
     api_key: str | None = None  # given in the endpoints file itself (wins over key_var unless -k is given)
 
 
-def load_endpoints(path: str | Path) -> dict[str, dict[str, str]]:
+def load_endpoints(path: str | Path) -> dict[str, dict[str, Any]]:
     """Read an endpoints file (``.py`` with ``ENDPOINTS``, or ``.toml`` / ``.json``) and validate it."""
     path = Path(path)
     if not path.is_file():
@@ -213,39 +213,60 @@ def load_endpoints(path: str | Path) -> dict[str, dict[str, str]]:
     return _validate_endpoints(path, endpoints)
 
 
-def _validate_endpoints(path: Path, endpoints: Any) -> dict[str, dict[str, str]]:
-    """Check every entry and return them with one spelling: ``{"model"?, "url", "key"? | "api_key"?}``."""
+def _validate_endpoints(path: Path, endpoints: Any) -> dict[str, dict[str, Any]]:
+    """Check every entry and return them with one spelling: ``{"model"?, "url", "key"? | "api_key"?}``.
+
+    A broken file (not a mapping) fails at once; a broken *entry* fails only when it is used
+    (``resolve_endpoint``), so one endpoint whose key is unset (``api_key=os.getenv("X")`` with
+    ``$X`` unset: ``None``) does not break every other alias of the file. Such an entry is kept
+    as ``{_ERROR_KEY: ConfigError}``, or with ``_UNSET_KEY`` for a ``None`` api_key.
+    """
     example = '{"alias": {"model": "...", "url": "https://...", "key": "ENV_VAR"}}'
     if not isinstance(endpoints, dict):
         raise ConfigError(
             f"endpoints in {path} must be a mapping of alias to endpoint", hint=f"e.g. {example}"
         )
+    out: dict[str, dict[str, Any]] = {}
+    for alias, entry in endpoints.items():
+        try:
+            out[str(alias)] = _check_entry(path, str(alias), entry, example)
+        except ConfigError as err:
+            out[str(alias)] = {_ERROR_KEY: err}
+    return out
+
+
+_ERROR_KEY = "__error__"  # an entry that fails when used
+_UNSET_KEY = "__api_key_unset__"  # api_key=None in the file: os.getenv(...) of an unset variable
+
+
+def _check_entry(path: Path, alias: str, entry: Any, example: str) -> dict[str, Any]:
     fix = (
         "each endpoint has: url (or base_url), and optionally model (default: the alias) and "
         "key (the name of the env var holding the API key) or api_key (the key itself)"
     )
-    out: dict[str, dict[str, str]] = {}
-    for alias, entry in endpoints.items():
-        if not isinstance(entry, dict):
-            raise ConfigError(f"endpoint '{alias}' in {path} must be a mapping", hint=f"e.g. {example}")
-        unknown = sorted(entry.keys() - _ENDPOINT_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"endpoint '{alias}' in {path} has unknown key(s) {', '.join(unknown)}", hint=fix
-            )
-        for a, b in (("url", "base_url"), ("key", "api_key")):
-            if a in entry and b in entry:
-                raise ConfigError(
-                    f"endpoint '{alias}' in {path} sets both {a} and {b}", hint=f"keep one: {fix}"
-                )
-        if "url" not in entry and "base_url" not in entry:
-            raise ConfigError(f"endpoint '{alias}' in {path} lacks url", hint=fix)
-        bad = [k for k in sorted(entry) if not isinstance(entry[k], str) or not entry[k]]
-        if bad:
-            raise ConfigError(f"endpoint '{alias}' in {path}: {', '.join(bad)} must be non-empty strings")
-        normal = {("url" if k == "base_url" else k): v for k, v in entry.items()}
-        out[str(alias)] = normal
-    return out
+    if not isinstance(entry, dict):
+        raise ConfigError(f"endpoint '{alias}' in {path} must be a mapping", hint=f"e.g. {example}")
+    unknown = sorted(entry.keys() - _ENDPOINT_KEYS)
+    if unknown:
+        raise ConfigError(f"endpoint '{alias}' in {path} has unknown key(s) {', '.join(unknown)}", hint=fix)
+    for a, b in (("url", "base_url"), ("key", "api_key")):
+        if a in entry and b in entry:
+            raise ConfigError(f"endpoint '{alias}' in {path} sets both {a} and {b}", hint=f"keep one: {fix}")
+    if "url" not in entry and "base_url" not in entry:
+        raise ConfigError(f"endpoint '{alias}' in {path} lacks url", hint=fix)
+    entry = dict(entry)
+    unset = "api_key" in entry and entry["api_key"] is None
+    if unset:
+        del entry["api_key"]
+    bad = [k for k in sorted(entry) if not isinstance(entry[k], str) or not entry[k]]
+    if bad:
+        raise ConfigError(f"endpoint '{alias}' in {path}: {', '.join(bad)} must be non-empty strings")
+    normal: dict[str, Any] = {("url" if k == "base_url" else k): v for k, v in entry.items()}
+    if unset:
+        normal[_UNSET_KEY] = (
+            f"endpoint '{alias}' in {path} has api_key=None: the variable its os.getenv(...) reads is unset"
+        )
+    return normal
 
 
 def resolve_endpoint(
@@ -261,9 +282,11 @@ def resolve_endpoint(
     endpoints = load_endpoints(path) if endpoints_path or path.is_file() else {}
     entry = endpoints.get(model) if model is not None else None
     if entry is not None:
+        _usable(entry)
         model = entry.get("model", model)
     else:
         entry = endpoints.get(DEFAULT_ALIAS, {})
+        _usable(entry)
         model = model or entry.get("model") or DEFAULT_MODEL
     base_url = (base_url or entry.get("url") or DEFAULT_BASE_URL).rstrip("/")
     if urlparse(base_url).scheme not in ("http", "https") or not urlparse(base_url).netloc:
@@ -271,7 +294,15 @@ def resolve_endpoint(
             f"base URL {base_url!r} is not an http(s) URL", hint="e.g. -b http://127.0.0.1:8000/v1"
         )
     api_key = None if key_var else entry.get("api_key")
+    if not key_var and entry.get(_UNSET_KEY) and not is_loopback(base_url):
+        raise ConfigError(entry[_UNSET_KEY], hint="export that variable, or name one with -k")
     return Endpoint(model, base_url, key_var or entry.get("key") or DEFAULT_KEY_VAR, api_key)
+
+
+def _usable(entry: dict[str, Any]) -> None:
+    """Raise the error of an entry that is broken (found when the file was read, raised when used)."""
+    if _ERROR_KEY in entry:
+        raise entry[_ERROR_KEY]
 
 
 def is_loopback(url: str) -> bool:

@@ -3,11 +3,18 @@
     vf-install my-env               # pip install -e ./environments/my_env
     vf-install my-env --no-deps     # when its dependencies are already there
     vf-install primeintellect/reverse-text   # hub-style id: the folder of that name
+    vf-install math-python --from-repo       # a bundled one only (0.1.x names "vf-math-python" too)
 
 Hub-style ids (``owner/name``, ``owner/name@version``) name the same folder as
 ``name``: nothing is downloaded. Without a folder, the bundled environments of a
 source checkout are looked at next; an environment that is already installed is
 reported as such (exit 0), and anything else fails with the command that installs it.
+
+``--from-repo`` (the guides' way to install "an existing Environment from this
+repo") looks only at the environments bundled with verifiers, i.e. the
+``environments/`` folder of the source checkout this verifiers runs from, and takes
+their 0.1.x names (``"vf-math-python"`` is ``math-python``). Nothing is downloaded:
+an installation without that folder (a wheel) fails in one line that says so.
 
 pip runs with the interpreter that runs this command (``sys.executable -m
 pip``), so the environment lands in the same virtual environment as
@@ -32,6 +39,7 @@ from verifiers.utils.env_loader import (
     check_env_version,
     env_name,
     installed_version,
+    legacy_alias,
     module_name_for,
     split_env_id,
 )
@@ -51,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="environment id, e.g. my-env (folder my_env) or owner/my-env[@version]")
     p.add_argument("--path", "-p", default=None, help=f"parent folder (default {DEFAULT_PATH})")
     p.add_argument("--no-deps", action="store_true", help="do not install the package's dependencies")
+    p.add_argument(
+        "--from-repo",
+        action="store_true",
+        help="install one of the environments bundled with verifiers (its checkout's environments/ "
+        "folder), by name or 0.1.x name ('vf-math-python'); nothing is downloaded",
+    )
     return p
 
 
@@ -60,6 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.from_repo:
+        if args.path is not None:
+            raise ConfigError("--from-repo and --path name two places", hint="give one of them")
+        folder = bundled_environment_folder(args.name)
+        check_folder_version(args.name, folder)
+        install_environment(folder, no_deps=args.no_deps)
+        print(f"installed environment '{args.name}' from {folder}")
+        return 0
     try:
         folder = find_environment_folder(args.name, args.path)
     except FolderNotFoundError:
@@ -123,6 +145,30 @@ def find_environment_folder(env_id: str, path: str | Path | None = None) -> Path
     raise FolderNotFoundError(
         f"no environment folder {candidates[0]}",
         hint=f"create it with vf-init {name}, or point --path at the folder that holds it",
+    )
+
+
+def bundled_environment_folder(env_id: str, bundled: Path | None = None) -> Path:
+    """The folder of a bundled environment (``--from-repo``), by name or 0.1.x name (``vf-NAME``)."""
+    bundled = BUNDLED_DIR if bundled is None else bundled
+    if not bundled.is_dir():
+        raise FolderNotFoundError(
+            f"--from-repo installs from the environments/ folder of a verifiers source checkout, and this "
+            f"installation has none ({bundled}); nothing is downloaded",
+            hint=f"run vf-install from a clone of the verifiers repository, or pip install {env_name(env_id)}",
+        )
+    names = [env_id] + ([alias] if (alias := legacy_alias(env_id)) else [])
+    for name in names:
+        try:
+            return find_environment_folder(name, bundled)
+        except FolderNotFoundError:
+            continue
+    available = sorted(
+        p.name.replace("_", "-") for p in bundled.iterdir() if (p / "pyproject.toml").is_file()
+    )
+    raise FolderNotFoundError(
+        f"no bundled environment '{env_id}' in {bundled}",
+        hint=f"use one of: {', '.join(available)}",
     )
 
 

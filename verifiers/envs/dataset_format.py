@@ -126,14 +126,22 @@ def format_dataset(
     few_shot: list[ChatMessage] | None = None,
     message_type: MessageType = "chat",
     name: str = "dataset",
+    question_key: str = "question",
+    answer_key: str = "answer",
 ):
     """Return ``dataset`` with ``prompt``, ``answer``, ``info``, ``task`` and ``id`` columns.
 
+    Prompts come from the ``question_key`` column unless there is a ``prompt``
+    column; with ``answer_key`` other than ``"answer"``, that column's values
+    become ``answer`` (0.1.4, which did this only when it built prompts).
     Raises :class:`DatasetFormatError` if there is neither a ``prompt`` nor a
-    ``question`` column, or a column holds the wrong kind of value.
+    question column, or a column holds the wrong kind of value.
     """
     dataset = to_dataset(dataset, name)
     columns = list(dataset.column_names)
+    if answer_key != "answer" and "prompt" not in columns and answer_key in columns:
+        dataset = _replace_column(dataset, "answer", list(dataset[answer_key]))
+        columns = list(dataset.column_names)
     if "prompt" in columns:
         prompts = list(dataset["prompt"])
         if message_type == "completion":
@@ -155,13 +163,14 @@ def format_dataset(
                 f"{name} row {{row}}: column 'prompt' must hold lists of chat messages, got {{kind}}",
                 "give a list of {'role', 'content'} dicts per row, or a 'question' column",
             )
-    elif "question" in columns:
-        prompts = [build_prompt(q, system_prompt, few_shot, message_type) for q in dataset["question"]]
+    elif question_key in columns:
+        prompts = [build_prompt(q, system_prompt, few_shot, message_type) for q in dataset[question_key]]
         dataset = dataset.add_column("prompt", prompts)
     else:
         raise DatasetFormatError(
-            f"{name} has neither a 'prompt' nor a 'question' column (columns: {', '.join(columns) or 'none'})",
-            hint="add a 'question' column, or a 'prompt' column of chat messages",
+            f"{name} has neither a 'prompt' nor a {question_key!r} column "
+            f"(columns: {', '.join(columns) or 'none'})",
+            hint=f"add a {question_key!r} column, or a 'prompt' column of chat messages",
         )
     n = len(dataset)
     if "answer" not in columns:

@@ -55,7 +55,8 @@ from verifiers.types import (
     SamplingArgs,
     State,
 )
-from verifiers.utils.async_utils import run_sync
+from verifiers.envs.decorators import HOOK_KINDS, find_hooks
+from verifiers.utils.async_utils import DaemonThreadPool, resolve, run_sync
 from verifiers.utils.logging import warn_once
 
 ProgressCallback = Callable[[int, int], Any]
@@ -80,6 +81,33 @@ def blocking(async_method: Callable[..., Awaitable[T]], doc: str) -> Callable[..
     method.__qualname__ = method.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
     method.__doc__ = doc
     return method
+
+
+def _is_builder(dataset: Any) -> bool:
+    """True for a dataset given as a zero-argument builder (a function, not a Dataset or dict)."""
+    return callable(dataset) and not isinstance(dataset, (dict, list, str))
+
+
+def _callable_name(func: Any) -> str:
+    return getattr(func, "__qualname__", None) or repr(func)
+
+
+def _register_teardown_at_exit(env: Environment) -> None:
+    """Run ``env``'s teardown at interpreter exit, without keeping ``env`` alive until then."""
+    import atexit
+    import weakref
+
+    ref = weakref.ref(env)
+
+    def at_exit() -> None:
+        live = ref()
+        if live is not None and not live._torn_down:
+            try:
+                run_sync(live._teardown())
+            except Exception as err:  # exit must not fail because of a teardown
+                logging.getLogger("verifiers.envs").warning("teardown at exit failed: %s", format_error(err))
+
+    atexit.register(at_exit)
 
 
 class Environment(ABC):
@@ -120,7 +148,7 @@ class Environment(ABC):
         self.sampling_args: SamplingArgs = dict(sampling_args or {})
         self.oai_tools = oai_tools
         self.max_workers = max_workers
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: concurrent.futures.Executor | None = None
         # 0.1.x behaviour: any extra keyword becomes an attribute (env-specific settings).
         for key, value in kwargs.items():
             setattr(self, key, value)
@@ -129,19 +157,164 @@ class Environment(ABC):
                 f"{type(self).__name__} needs a dataset",
                 hint="pass dataset= and/or eval_dataset= (a datasets.Dataset with a 'question' or 'prompt' column)",
             )
-        self.dataset = self.format_dataset(dataset, "dataset") if dataset is not None else None
-        self.eval_dataset = (
-            self.format_dataset(eval_dataset, "eval_dataset") if eval_dataset is not None else None
+        # A dataset given as a builder (0.1.8+: ``dataset=lambda: load_dataset(...)``) is
+        # built and formatted on first use (``env.dataset``, ``get_dataset()``), so loading
+        # an environment stays cheap; a Dataset is formatted now, as in 0.1.4.
+        self._dataset_source = dataset if _is_builder(dataset) else None
+        self._eval_dataset_source = eval_dataset if _is_builder(eval_dataset) else None
+        # Called as 0.1.4 called it, so an override with 0.1.4's signature keeps working.
+        self._dataset = (
+            self.format_dataset(dataset, self.system_prompt, self.few_shot)
+            if dataset is not None and self._dataset_source is None
+            else None
         )
+        self._eval_dataset = (
+            self.format_dataset(eval_dataset, self.system_prompt, self.few_shot)
+            if eval_dataset is not None and self._eval_dataset_source is None
+            else None
+        )
+        # Modules in the 0.1.8+ form (a dataset builder, or @vf.stop/@vf.cleanup/@vf.teardown
+        # methods) get that release's extras, such as monitor metrics; 0.1.4-form modules keep
+        # exactly 0.1.4's metrics.
+        self.later_api = (
+            self._dataset_source is not None
+            or self._eval_dataset_source is not None
+            or any(find_hooks(self, kind) for kind in HOOK_KINDS)
+        )
+        self._torn_down = False
+        if find_hooks(self, "teardown"):
+            _register_teardown_at_exit(self)
 
     # -- datasets ------------------------------------------------------------
-    def format_dataset(self, dataset: Any, name: str = "dataset") -> Any:
-        """Add the standard columns (see ``dataset_format.format_dataset``); override to customise."""
-        return format_dataset(dataset, self.system_prompt, self.few_shot, self.message_type, name)
+    @property
+    def dataset(self) -> Any:
+        """The formatted training split (built from its builder on first access), or None."""
+        if self._dataset is None and self._dataset_source is not None:
+            self._dataset = self._build(self._dataset_source, "dataset")
+            self._dataset_source = None
+        return self._dataset
 
-    def format_prompt(self, question: str) -> Messages:
-        """The prompt this env builds for a question (system prompt + few-shot + question)."""
-        return build_prompt(question, self.system_prompt, self.few_shot, self.message_type)
+    @dataset.setter
+    def dataset(self, value: Any) -> None:
+        self._dataset, self._dataset_source = value, None
+
+    @property
+    def eval_dataset(self) -> Any:
+        """The formatted eval split (built from its builder on first access), or None."""
+        if self._eval_dataset is None and self._eval_dataset_source is not None:
+            self._eval_dataset = self._build(self._eval_dataset_source, "eval_dataset")
+            self._eval_dataset_source = None
+        return self._eval_dataset
+
+    @eval_dataset.setter
+    def eval_dataset(self, value: Any) -> None:
+        self._eval_dataset, self._eval_dataset_source = value, None
+
+    def build_dataset(self) -> Any:
+        """Build (once) and return the training split (0.1.8+ name); None without one."""
+        return self.dataset
+
+    def build_eval_dataset(self) -> Any:
+        """Build (once) and return the eval split (0.1.8+ name); None without one."""
+        return self.eval_dataset
+
+    def _build(self, builder: Callable[[], Any], which: str) -> Any:
+        built = builder()
+        if built is None:
+            raise ConfigError(
+                f"{type(self).__name__}'s {which} builder {_callable_name(builder)} returned None",
+                hint="the builder must return a datasets.Dataset",
+            )
+        return self.format_dataset(built, self.system_prompt, self.few_shot)
+
+    def add_rubric(self, rubric: Any) -> None:
+        """Score with ``rubric`` too (0.1.8+): the env's rubric becomes a ``RubricGroup`` of both."""
+        from verifiers.rubrics.group import RubricGroup
+
+        if self.rubric is None:
+            self.rubric = rubric
+        elif isinstance(self.rubric, RubricGroup):
+            self.rubric.rubrics.append(rubric)
+        else:
+            self.rubric = RubricGroup([self.rubric, rubric])
+
+    # -- lifecycle hooks (0.1.8+: @vf.cleanup, @vf.teardown) ----------------------
+    async def _cleanup(self, state: State) -> None:
+        """Run the ``@vf.cleanup`` methods for one finished rollout, once (later calls do nothing).
+
+        A cleanup that raises is logged once and does not stop the others or fail the rollout.
+        """
+        if not isinstance(state, dict) or state.get("_cleaned_up"):
+            return
+        state["_cleaned_up"] = True
+        for handler in find_hooks(self, "cleanup"):
+            try:
+                await resolve(handler(state))
+            except Exception as err:
+                warn_once(
+                    self.logger,
+                    f"{type(self).__name__}.cleanup:{handler.__name__}",
+                    "cleanup %s failed: %s",
+                    handler.__name__,
+                    format_error(err),
+                )
+
+    async def _teardown(self) -> None:
+        """Run the ``@vf.teardown`` methods (and the rubric's ``teardown``, if any), once.
+
+        Called at interpreter exit for an environment that has teardown methods;
+        call it (or :meth:`teardown_sync`) yourself to release resources earlier.
+        """
+        if self._torn_down:
+            return
+        self._torn_down = True
+        rubric_teardown = getattr(self.rubric, "teardown", None)
+        handlers = ([rubric_teardown] if callable(rubric_teardown) else []) + find_hooks(self, "teardown")
+        for handler in handlers:
+            try:
+                await resolve(handler())
+            except Exception as err:
+                self.logger.warning("teardown %s failed: %s", getattr(handler, "__name__", handler), format_error(err))
+
+    def teardown_sync(self) -> None:
+        """Blocking :meth:`_teardown` (works inside a running event loop too)."""
+        run_sync(self._teardown())
+
+    def format_dataset(
+        self,
+        dataset: Any,
+        system_prompt: str | None = None,
+        few_shot: list[ChatMessage] | None = None,
+        question_key: str = "question",
+        answer_key: str = "answer",
+    ) -> Any:
+        """``dataset`` with the standard columns (see ``dataset_format.format_dataset``); 0.1.4's signature.
+
+        Prompts are built from ``question_key`` with the given ``system_prompt``
+        and ``few_shot`` (the constructor passes the env's own); with
+        ``answer_key`` other than ``"answer"`` that column becomes ``answer``.
+        Override to customise.
+        """
+        return format_dataset(
+            dataset,
+            system_prompt,
+            few_shot,
+            self.message_type,
+            question_key=question_key,
+            answer_key=answer_key,
+        )
+
+    def format_prompt(
+        self,
+        prompt_str: str,
+        system_prompt: str | None = None,
+        few_shot: list[ChatMessage] | None = None,
+    ) -> list[ChatMessage]:
+        """Chat messages for one question: ``[system?] + few_shot + [user: prompt_str]`` (0.1.4).
+
+        Only the ``system_prompt`` and ``few_shot`` given are used, not the env's.
+        """
+        return build_prompt(prompt_str, system_prompt, few_shot, "chat")  # type: ignore[return-value]
 
     @staticmethod
     def _take(dataset: Any, n: int, seed: int | None) -> Any:
@@ -169,10 +342,11 @@ class Environment(ABC):
         return self._take(self.eval_dataset, n, seed)
 
     # -- model calls -----------------------------------------------------------
-    def _get_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _get_executor(self) -> concurrent.futures.Executor:
         """Threads for sync clients and sync tools (``max_workers`` of them), created on first use."""
         if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
+            # Daemon threads: a sync tool that never returns must not keep the process from exiting.
+            self._executor = DaemonThreadPool(
                 max_workers=self.max_workers, thread_name_prefix=f"verifiers-{type(self).__name__}"
             )
         return self._executor
@@ -300,9 +474,43 @@ class Environment(ABC):
         return score
 
     # -- many rollouts -------------------------------------------------------------
+    async def run_rollouts(
+        self,
+        client: Any,
+        model: str,
+        prompts: list[Messages],
+        answers: list[str],
+        tasks: list[str],
+        infos: list[Info],
+        sampling_args: SamplingArgs | None = None,
+        max_concurrent: int = -1,
+        **kwargs: Any,
+    ) -> list[tuple[Messages, State]]:
+        """Run one rollout per prompt concurrently (at most ``max_concurrent`` at once, -1: no limit)
+        and return their ``(completion, state)`` in order, unscored (0.1.4's signature).
+
+        ``sampling_args`` are used as given (``a_generate`` merges them with the
+        env's). A rollout that raises is a failed-rollout value, as in ``a_generate``.
+        """
+        limit = asyncio.Semaphore(max_concurrent) if max_concurrent and max_concurrent > 0 else None
+        args = dict(sampling_args or {})
+
+        async def one(prompt: Messages, answer: str, task: str, info: Info) -> tuple[Messages, State]:
+            row = {"prompt": prompt, "answer": answer, "task": task, "info": info if info is not None else {}}
+            async with limit if limit is not None else contextlib.nullcontext():
+                return await self._safe_rollout(client, model, row, args, **kwargs)
+
+        return list(
+            await asyncio.gather(*(one(*row) for row in zip(prompts, answers, tasks, infos, strict=True)))
+        )
+
     def _inputs_to_rows(self, inputs: Any) -> list[dict]:
         """Rows of ``prompt/answer/task/info`` (see ``dataset_format.inputs_to_rows``)."""
-        return inputs_to_rows(inputs, self.format_dataset, self.format_prompt)
+        return inputs_to_rows(
+            inputs,
+            lambda dataset, name: self.format_dataset(dataset, self.system_prompt, self.few_shot),
+            lambda question: build_prompt(question, self.system_prompt, self.few_shot, self.message_type),
+        )
 
     async def a_generate(
         self,
@@ -344,6 +552,8 @@ class Environment(ABC):
             if state["failure"] is not None:
                 # A failed rollout is not scored: reward 0 (contract), every metric 0.
                 score = RolloutScore(reward=0.0, metrics={name: 0.0 for name in names})
+            elif score_rollouts and by_group:
+                score = None  # scored with the rest of its group once all rollouts are done
             elif score_rollouts:
                 score = await self.score_rollout(
                     state["prompt"], completion, state["answer"], state, state["task"], state["info"]
@@ -354,14 +564,64 @@ class Environment(ABC):
             timing["scoring_ms"] = (end - generated) * 1000
             timing["total_ms"] = (end - start) * 1000
             results[i] = (completion, state, score)
+            if score is None:
+                return
             done += 1
             if on_progress is not None:
                 on_progress(done, total)
 
+        # A rubric with group reward functions (0.1.8+) scores the rollouts of one example
+        # together, after they have all finished; otherwise each is scored as soon as it ends.
+        has_group_funcs = getattr(self.rubric, "has_group_funcs", None)
+        by_group = bool(score_rollouts and callable(has_group_funcs) and has_group_funcs())
         await asyncio.gather(*(run_one(i) for i in range(total)))
+        if by_group:
+            for members in await self._score_groups(rows, results):
+                done += len(members)
+                if on_progress is not None:
+                    on_progress(done, total)
         outputs = collect_outputs(results, names)
         raise_if_unreachable(outputs.state, client)
         return outputs
+
+    async def _score_groups(self, rows: list[dict], results: list) -> list[list[int]]:
+        """Score the results left unscored (``score`` None) with ``rubric.score_group``, one run of
+        rows of the same example at a time; returns the groups scored, in order.
+
+        A failed rollout stays out of its group (it keeps reward 0). A group whose scoring
+        raises scores 0 (logged once), as a single rollout's would.
+        """
+        from verifiers.rubrics.rubric import consecutive_groups
+
+        keys = [(r["prompt"], r.get("answer", ""), None, None, r.get("task"), r.get("info")) for r in rows]
+        groups = [[i for i in g if results[i][2] is None] for g in consecutive_groups(keys)]
+        groups = [g for g in groups if g]
+
+        async def one(members: list[int]) -> None:
+            states = [results[i][1] for i in members]
+            start = time.perf_counter()
+            try:
+                scores = await self.rubric.score_group(states)
+                part = [RolloutScore(reward=scores.reward[k], metrics={n: v[k] for n, v in scores.metrics.items()})
+                        for k in range(len(members))]
+            except Exception as err:
+                warn_once(
+                    self.logger,
+                    f"{type(self).__name__}.score_group:{type(err).__name__}",
+                    "group scoring failed (%s); the group scores 0",
+                    format_error(err),
+                )
+                part = [RolloutScore(reward=0.0, metrics={}) for _ in members]
+            elapsed = (time.perf_counter() - start) * 1000
+            for i, score in zip(members, part, strict=True):
+                completion, state, _ = results[i]
+                timing = state.setdefault("timing", {})
+                timing["scoring_ms"] = elapsed
+                timing["total_ms"] = timing.get("generation_ms", 0.0) + elapsed
+                results[i] = (completion, state, score)
+
+        await asyncio.gather(*(one(g) for g in groups))
+        return groups
 
     generate = blocking(
         a_generate,
@@ -415,6 +675,50 @@ class Environment(ABC):
         """A ``datasets.Dataset`` of the results: prompt, completion, answer, task, info (JSON), reward, metrics."""
         return results_dataset(results, push_to_hub, hub_name, state_columns)
 
+    def process_env_results_vllm(
+        self,
+        prompts: list[Messages],
+        completions: list[Messages],
+        states: list[State],
+        rewards: list[float],
+        processing_class: Any,
+        max_seq_len: int = -1,
+        mask_env_responses: bool = False,
+        mask_truncated_completions: bool = False,
+        zero_truncated_completions: bool = False,
+    ) -> ProcessedOutputs:
+        """Token-level training data from the server's own tokens (0.1.4's signature):
+        ``rollout.tokens.process_rollouts`` of ``states`` and ``rewards``.
+
+        A state from a 0.1.4-style rollout (vLLM responses with token ids in
+        ``state["responses"]``, no ``state["turn_tokens"]``) is assembled from
+        its responses and ``prompts[i]`` / ``completions[i]`` as 0.1.4 did
+        (``rollout.tokens.turns_from_responses``). Truncation: a sample longer
+        than ``max_seq_len`` keeps its prompt and the first tokens of its
+        completion; ``mask_truncated_completions`` zeroes a truncated sample's
+        loss mask, ``zero_truncated_completions`` its reward.
+        """
+        from verifiers.rollout import tokens
+
+        prepared = []
+        for prompt, completion, state in zip(prompts, completions, states, strict=False):
+            has_turns = any(tokens.as_turn_tokens(t).prompt_ids for t in (state.get("turn_tokens") or []))
+            if not has_turns and state.get("responses"):
+                turns = tokens.turns_from_responses(prompt, completion, state, processing_class)
+                if turns is not None:
+                    state = {**state, "turn_tokens": turns}
+            prepared.append(state)
+        prepared += list(states[len(prepared) :])  # states without prompts (callers of 0.2 passed [])
+        return tokens.process_rollouts(
+            prepared,
+            rewards,
+            processing_class,
+            max_seq_len=max_seq_len,
+            mask_env_responses=mask_env_responses,
+            mask_truncated_completions=mask_truncated_completions,
+            zero_truncated_completions=zero_truncated_completions,
+        )
+
     def process_env_results(
         self,
         prompts: list[Messages],
@@ -422,12 +726,58 @@ class Environment(ABC):
         states: list[State],
         rewards: list[float],
         processing_class: Any,
-        *args: Any,
-        **kwargs: Any,
+        max_seq_len: int = -1,
+        mask_env_responses: bool = False,
+        mask_truncated_completions: bool = False,
+        zero_truncated_completions: bool = False,
     ) -> ProcessedOutputs:
-        """Token-level training data from the server's own tokens: ``rollout.tokens.process_rollouts``
-        of ``states`` and ``rewards``, with its options (``max_seq_len``, ``mask_env_responses``,
-        ``mask_truncated_completions``, ``zero_truncated_completions``) passed on as given."""
-        from verifiers.rollout.tokens import process_rollouts
+        """The same as :meth:`process_env_results_vllm` (0.1.4's alias); the trainer calls this name,
+        so an override of either is used."""
+        method = type(self).process_env_results_vllm
+        return method(
+            self,
+            prompts,
+            completions,
+            states,
+            rewards,
+            processing_class,
+            max_seq_len=max_seq_len,
+            mask_env_responses=mask_env_responses,
+            mask_truncated_completions=mask_truncated_completions,
+            zero_truncated_completions=zero_truncated_completions,
+        )
 
-        return process_rollouts(states, rewards, processing_class, *args, **kwargs)
+    # -- 0.1.4's helpers for vLLM responses ----------------------------------------
+    @staticmethod
+    def _response_tokens(response: Any, api: str) -> list[int]:
+        from verifiers.rollout.tokens import response_token_ids
+
+        ids = response_token_ids(response)
+        if ids is None:
+            raise ConfigError(
+                f"the {api} response has no token ids in its logprobs",
+                hint="request logprobs=True with extra_body return_tokens_as_token_ids=True (vf-vllm / vLLM)",
+            )
+        return ids
+
+    def parse_chat_completion_tokens(self, chat_completion: Any) -> list[int]:
+        """The sampled token ids of a vLLM chat completion (its ``token_id:N`` logprob tokens)."""
+        return self._response_tokens(chat_completion, "chat completion")
+
+    def parse_chat_completion_logprobs(self, chat_completion: Any) -> list[float]:
+        """The sampling log-probs of a vLLM chat completion, one per token."""
+        from verifiers.rollout.tokens import response_logprobs
+
+        self._response_tokens(chat_completion, "chat completion")
+        return response_logprobs(chat_completion)
+
+    def parse_completion_tokens(self, completion: Any) -> list[int]:
+        """The sampled token ids of a vLLM text completion."""
+        return self._response_tokens(completion, "completion")
+
+    def parse_completion_logprobs(self, completion: Any) -> list[float]:
+        """The sampling log-probs of a vLLM text completion, one per token."""
+        from verifiers.rollout.tokens import response_logprobs
+
+        self._response_tokens(completion, "completion")
+        return response_logprobs(completion)

@@ -2,9 +2,11 @@
 
 The group's dataset is the concatenation of its members' datasets with the
 ``task`` column set to the member's name (``env_0``, ``env_1``, ... unless
-``env_names`` is given). Each rollout runs on the member its task names, and
+``env_names`` is given); its eval split concatenates each member's eval split,
+or its training split where it has none (as 0.1.4 did). Each rollout runs on the member its task names, and
 is scored by that member's rubric; a metric of another member's rubric is 0.0
-for it, so every result reports the same metric names.
+for it, so every result reports the same metric names. Unlike 0.1.4, which
+ran a rollout of an unknown task on the first member, the group refuses it.
 
 With ``weights`` (one positive number per member) the *training* dataset is a
 weighted mixture instead: it has as many rows as the members' training sets
@@ -27,36 +29,48 @@ from typing import Any
 from verifiers.envs.dataset_format import parse_info
 from verifiers.envs.environment import Environment
 from verifiers.errors import ConfigError
+from verifiers.rubrics.rubric import Rubric
 from verifiers.types import Info, Messages, RolloutScore, RolloutScores, SamplingArgs, State
 
 
-class EnvGroupRubric:
-    """Scores each rollout with the rubric of the environment its task names."""
+class EnvGroupRubric(Rubric):
+    """Scores each rollout with the rubric of the environment its task names.
 
-    def __init__(self, env_map: dict[str, Environment]):
+    ``all_reward_names`` (sorted, as in 0.1.4) are the metric names of every
+    member's rubric; a rollout reports 0.0 for those of other members. A task no
+    member handles scores 0.0 (the group refuses to *run* such a rollout, see
+    ``EnvGroup.get_env_for_task``).
+    """
+
+    def __init__(self, env_map: Mapping[str, Environment]):
+        super().__init__()
         self.env_map = env_map
-
-    def get_reward_func_names(self) -> list[str]:
-        names: list[str] = []
-        for env in self.env_map.values():
+        names: set[str] = set()
+        for env in env_map.values():
             try:
-                names += [n for n in env.rubric.get_reward_func_names() if n not in names]
+                names.update(env.rubric.get_reward_func_names())
             except Exception:  # a duck-typed rubric without the method
                 continue
-        return names
+        self.all_reward_names = sorted(names)
+
+    def get_reward_func_names(self) -> list[str]:
+        return list(self.all_reward_names)
 
     async def score_rollout(
         self,
         prompt: Messages,
         completion: Messages,
-        answer: str,
-        state: State,
+        answer: str = "",
+        state: State | None = None,
         task: str = "default",
         info: Info | None = None,
+        **kwargs: Any,
     ) -> RolloutScore:
-        metrics = {name: 0.0 for name in self.get_reward_func_names()}
+        state = state if state is not None else {}
+        metrics = dict.fromkeys(self.all_reward_names, 0.0)
         env = self.env_map.get(task)
         if env is None:
+            self.logger.warning("no environment in this EnvGroup handles task %r; it scores 0.0", task)
             return RolloutScore(reward=0.0, metrics=metrics)
         score = await env.score_rollout(prompt, completion, answer, state, task, info or {})
         metrics.update(score.metrics)
@@ -212,7 +226,12 @@ class EnvGroup(Environment):
             for n, e in zip(names, envs, strict=True)
             if e.dataset is not None and len(e.dataset)
         ]
-        evals = [(n, e.eval_dataset) for n, e in zip(names, envs, strict=True) if e.eval_dataset is not None]
+        # As in 0.1.4, a member without an eval split lends its training split to the group's.
+        evals = [
+            (n, e.eval_dataset if e.eval_dataset is not None else e.dataset)
+            for n, e in zip(names, envs, strict=True)
+            if e.eval_dataset is not None or e.dataset is not None
+        ]
         dataset = _concat(train) if train else None
         if dataset is not None and self.weights is not None:
             empty = [n for n in names if n not in dict(train)]

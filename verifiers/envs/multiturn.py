@@ -3,8 +3,11 @@
 Loop per rollout: model call -> ``is_completed``? -> ``env_response`` -> model
 call ... It stops when ``is_completed`` says so, after ``max_turns`` model
 calls, when a turn is cut at ``max_tokens`` (``finish_reason == "length"``:
-``state["is_truncated"] = True``), or when the prompt outgrows the model's
-context window (also truncated). A hook or model call that raises ends the
+``state["is_truncated"] = True``), when the completion so far (every turn and
+environment reply) reaches the sampling argument ``max_completion_length`` (the
+trainer's cap on a whole rollout's completion; never sent to the server; also
+truncated, and each turn asks for at most what is left), or when the prompt
+outgrows the model's context window (also truncated). A hook or model call that raises ends the
 rollout with ``state["failure"]`` set (a ``RolloutFailure`` whose kind names
 the hook, see rollout/failure.py); it is logged once per env class and never
 stops the other rollouts.
@@ -17,10 +20,12 @@ from abc import abstractmethod
 from typing import Any
 
 from verifiers.envs.dataset_format import clean_prompt, parse_info
+from verifiers.envs.decorators import find_hooks
 from verifiers.envs.environment import Environment
 from verifiers.envs.model_client import extract_turn_tokens, response_message
 from verifiers.envs.state import new_state
 from verifiers.errors import PromptTooLongError
+from verifiers.rubrics.rubric import Rubric
 from verifiers.rollout.failure import FailureKind, format_error, model_call_kind, record_failure
 from verifiers.types import ChatMessage, Info, Messages, SamplingArgs, State
 from verifiers.utils.async_utils import resolve
@@ -36,6 +41,18 @@ _WHERE_LOGGED = {
 }
 
 
+class MultiTurnMonitorRubric(Rubric):
+    """Monitor metrics of a multi-turn rollout (weight 0, not rewarded): ``num_turns``."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.add_metric(self.num_turns)
+
+    def num_turns(self, state: State) -> float:
+        """Model calls in the rollout (steps of ``state["trajectory"]``)."""
+        return float(len(state.get("trajectory") or state.get("turn_tokens") or []))
+
+
 class MultiTurnEnv(Environment):
     """Subclasses implement ``is_completed`` and ``env_response``; ``setup_state`` is optional.
 
@@ -47,6 +64,9 @@ class MultiTurnEnv(Environment):
     def __init__(self, max_turns: int = -1, **kwargs: Any):
         self.max_turns = max_turns
         super().__init__(**kwargs)
+        if self.later_api:
+            # 0.1.8+ tracks the number of model turns of every rollout (weight 0).
+            self.add_rubric(MultiTurnMonitorRubric(parser=self.parser))
 
     async def setup_state(self, state: State, **kwargs: Any) -> State:
         """Prepare per-rollout state before the first model call (an override may be sync; may return None)."""
@@ -56,18 +76,33 @@ class MultiTurnEnv(Environment):
         """True once the rollout has had ``max_turns`` model turns (never when ``max_turns <= 0``)."""
         return self.max_turns > 0 and state["turn"] >= self.max_turns
 
-    @abstractmethod
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         """True when the rollout is done; called after every model turn (an override may be sync).
 
-        The base version, for ``await super().is_completed(...)``, says whether
-        ``max_turns`` is reached (the rollout also stops there by itself).
+        The base version, for ``await super().is_completed(...)`` and for 0.1.8+
+        subclasses that only declare ``@vf.stop`` methods, says whether
+        ``max_turns`` is reached or any stop condition holds.
         """
-        return await self.max_turns_reached(state)
+        return await self.max_turns_reached(state) or await self._stop_reached(state)
+
+    async def _stop_reached(self, state: State) -> bool:
+        """Check the ``@vf.stop`` methods in priority order; the first true one ends the rollout
+        (its name goes to ``state["stop_condition"]``)."""
+        for condition in find_hooks(self, "stop"):
+            if await resolve(condition(state)):
+                state["stop_condition"] = condition.__name__
+                state["is_completed"] = True
+                return True
+        return False
 
     @abstractmethod
     async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> tuple[Messages, State]:
-        """The environment's reply to the last model turn: ``(new messages, state)`` (an override may be sync)."""
+        """The environment's reply to the last model turn: ``(new messages, state)`` (0.1.4), or just
+        the new messages (0.1.8+, the state is changed in place); an override may be sync.
+
+        Setting ``state["final_env_response"]`` (0.1.10+) ends the rollout with those messages
+        appended instead of another model turn.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement env_response")
 
     def _fail(self, state: State, kind: FailureKind, err: BaseException) -> None:
@@ -97,10 +132,33 @@ class MultiTurnEnv(Environment):
         start = time.perf_counter()
         info = parse_info(info)
         prompt = clean_prompt(prompt)
-        chat = not isinstance(prompt, str)
         state = new_state(prompt, answer, task, info)
+        # The ``@vf.cleanup`` methods run once the rollout ends, however it ends (cancellation too).
+        try:
+            completion, state = await self._turns(client, model, prompt, state, sampling_args, kwargs)
+        except BaseException:
+            await self._cleanup(state)
+            raise
+        await self._cleanup(state)
+        return self._finish(completion, state, start)
+
+    async def _turns(
+        self,
+        client: Any,
+        model: str,
+        prompt: Messages,
+        state: State,
+        sampling_args: SamplingArgs | None,
+        kwargs: dict[str, Any],
+    ) -> tuple[Messages, State]:
+        """The turn loop of :meth:`rollout`: ``(completion, final state)``."""
+        chat = not isinstance(prompt, str)
         args = {**self.sampling_args, **(sampling_args or {})}
-        tools = self.tools_for(info) if chat else None
+        budget = args.pop("max_completion_length", None)  # the whole completion's cap, not a server argument
+        per_turn = args.get("max_tokens")
+        tools = self.tools_for(state["info"]) if chat else None
+        # An is_completed override (0.1.4 style) is asked first; stop conditions are checked too.
+        own_is_completed = type(self).is_completed is not MultiTurnEnv.is_completed
         # Working copy of the conversation; the state's prompt stays as given.
         messages: Messages = clean_prompt(prompt)
         completion: Messages = [] if chat else ""
@@ -121,9 +179,17 @@ class MultiTurnEnv(Environment):
             state = (await resolve(self.setup_state(state, **kwargs))) or state
         except Exception as err:
             self._fail(state, FailureKind.SETUP_STATE, err)
-            return self._finish(completion, state, start)
+            return completion, state
+        try:
+            # 0.1.8+ checks stop conditions before the first model call too.
+            if await self._stop_reached(state):
+                return completion, state
+        except Exception as err:
+            self._fail(state, FailureKind.IS_COMPLETED, err)
+            return completion, state
 
         while True:
+            sent = list(messages) if chat else messages
             try:
                 response = await self.get_model_response(
                     client,
@@ -136,6 +202,7 @@ class MultiTurnEnv(Environment):
             except PromptTooLongError:
                 # The history no longer fits: a length limit, not a failure.
                 state["is_truncated"] = True
+                state["prompt_too_long"] = True
                 break
             except Exception as err:
                 self._fail(state, model_call_kind(err), err)
@@ -150,28 +217,104 @@ class MultiTurnEnv(Environment):
             state["turn_tokens"].append(tokens)
             state["turn"] += 1
             add(reply)
-            if tokens.finish_reason == "length":
+            truncated = tokens.finish_reason == "length"
+            state["trajectory"].append(trajectory_step(sent, reply, response, tokens, truncated, state))
+            if truncated:
                 state["is_truncated"] = True
                 break
+            if budget is not None:
+                used = _completion_tokens(state["turn_tokens"])
+                if used >= budget:
+                    state["is_truncated"] = True
+                    break
+                args["max_tokens"] = min(per_turn or budget, budget - used)
             try:
                 if await resolve(self.is_completed(messages, state, **kwargs)):
+                    state.setdefault("stop_condition", None)
+                    if state["stop_condition"] is None:
+                        state["stop_condition"] = "is_completed" if own_is_completed else "max_turns_reached"
+                    break
+                if own_is_completed and await self._stop_reached(state):
                     break
             except Exception as err:
                 self._fail(state, FailureKind.IS_COMPLETED, err)
                 break
             if self.max_turns > 0 and state["turn"] >= self.max_turns:
+                state["stop_condition"] = "max_turns_reached"
                 break
             try:
-                env_messages, new_state_ = await resolve(self.env_response(messages, state, **kwargs))
+                result = await resolve(self.env_response(messages, state, **kwargs))
             except Exception as err:
                 self._fail(state, FailureKind.ENV_RESPONSE, err)
                 break
+            env_messages, new_state_ = split_env_response(result)
             state = new_state_ if new_state_ is not None else state
+            final = state.get("final_env_response")
+            if final is not None:
+                # 0.1.10+: the environment ends the rollout with these messages.
+                add(final)
+                state["stop_condition"] = "has_final_env_response"
+                break
             add(env_messages)
-        return self._finish(completion, state, start)
+        return completion, state
 
     @staticmethod
     def _finish(completion: Messages, state: State, start: float) -> tuple[Messages, State]:
         state["completion"] = completion
         state.setdefault("timing", {})["generation_ms"] = (time.perf_counter() - start) * 1000
         return completion, state
+
+
+def split_env_response(result: Any) -> tuple[Messages, State | None]:
+    """``(messages, state or None)`` from what ``env_response`` returned: 0.1.4's
+    ``(messages, state)`` pair, or 0.1.8+'s messages alone (a list, one message, or text)."""
+    if (
+        isinstance(result, tuple)
+        and len(result) == 2
+        and (result[1] is None or (isinstance(result[1], dict) and "role" not in result[1]))
+    ):
+        return result[0], result[1]
+    if isinstance(result, tuple):
+        return list(result), None
+    return result, None
+
+
+def trajectory_step(
+    prompt: Messages, reply: Any, response: Any, tokens: Any, truncated: bool, state: State
+) -> dict[str, Any]:
+    """One entry of ``state["trajectory"]`` (0.1.8+): the messages sent, the reply, and the
+    server's tokens for this model call (``tokens`` None when the server sent no token ids)."""
+    completion = [reply] if isinstance(reply, dict) else reply
+    ids = list(getattr(tokens, "prompt_ids", None) or [])
+    out = list(getattr(tokens, "completion_ids", None) or [])
+    step_tokens = None
+    if ids or out:
+        step_tokens = {
+            "prompt_ids": ids,
+            "prompt_mask": [0] * len(ids),
+            "completion_ids": out,
+            "completion_mask": [1] * len(out),
+            "completion_logprobs": list(getattr(tokens, "completion_logprobs", None) or []),
+            "overlong_prompt": False,
+            "is_truncated": truncated,
+        }
+    return {
+        "prompt": prompt,
+        "completion": completion,
+        "response": response,
+        "tokens": step_tokens,
+        "reward": None,
+        "advantage": None,
+        "is_truncated": truncated,
+        "trajectory_id": state.get("trajectory_id"),
+        "extras": {},
+    }
+
+
+def _completion_tokens(turns: list[Any]) -> int:
+    """Completion tokens of a rollout so far: everything after the first prompt, as the server
+    tokenized it (env replies included); without token data, the sampled tokens alone."""
+    first, last = turns[0], turns[-1]
+    if getattr(first, "prompt_ids", None) and getattr(last, "prompt_ids", None):
+        return len(last.prompt_ids) + len(last.completion_ids) - len(first.prompt_ids)
+    return sum(len(getattr(t, "completion_ids", None) or []) for t in turns)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from verifiers.rollout.failure import format_error
 from verifiers.types import Info, Messages, State
 
@@ -19,6 +21,10 @@ def new_state(prompt: Messages, answer: str, task: str, info: Info) -> State:
         "responses": [],
         "turn_tokens": [],
         "turn": 0,
+        # 0.1.8+: one step per model call (prompt, completion, response, tokens), and why it stopped.
+        "trajectory": [],
+        "trajectory_id": uuid.uuid4().hex,
+        "stop_condition": None,
         "is_truncated": False,
         "error": None,
         "failure": None,

@@ -40,11 +40,12 @@ NCCL side of ``update_weights`` lives in nccl_update.py.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import requests
@@ -274,8 +275,11 @@ class VLLMClient:
 
     def lost_weights(self, health: Mapping[str, Any]) -> bool:
         """Whether the server (per its ``health()``) no longer holds what this client pushed:
-        a lower weight version than the last commit, or a missing adapter (it restarted)."""
+        a lower weight version than the last commit, a missing adapter, or another server
+        process than the one this client's GPU channel was made with (it restarted)."""
         if int(health.get("weight_version") or 0) < self.version:
+            return True
+        if self._nccl is not None and self._restarted(health, getattr(self._nccl, "server_instance", None)):
             return True
         adapters = (health.get("lora") or {}).get("adapters") or {}
         return self.lora_name is not None and self.lora_name not in adapters
@@ -294,8 +298,29 @@ class VLLMClient:
     def server_device(self) -> str:
         """The server's compute device type (``"cpu"``, ``"cuda"``, ...), asked once."""
         if self._device is None:
-            self._device = str(self.health().get("device", "cpu"))
+            self._facts = self.health()
+            self._device = str(self._facts.get("device", "cpu"))
         return self._device
+
+    def _server_facts(self, device: str) -> dict[str, Any]:
+        """What ``transport.choose_transport`` reads of the server: its device, GPU transfer, GPUs.
+
+        Kept from the health answer ``server_device`` read; asked again after a restart.
+        """
+        facts = getattr(self, "_facts", None)
+        if facts is None:
+            facts = self._facts = self.health()
+        return {
+            "device": device,
+            "transports": list(facts.get("transports") or ["nccl"]),
+            "device_uuids": list(facts.get("device_uuids") or []),
+        }
+
+    @staticmethod
+    def _restarted(health: Mapping[str, Any], instance: str | None) -> bool:
+        """Whether ``health`` comes from another server process than the one ``instance`` named."""
+        now = health.get("instance_id")
+        return bool(instance and now and now != instance)
 
     def shares_machine(self) -> bool:
         """Whether the server runs on this machine (it reads a file we write to /dev/shm)."""
@@ -323,26 +348,47 @@ class VLLMClient:
         pause_mode: str = "keep",
         timeout: float | None = None,
         max_file_bytes: int = 1 << 30,
+        params: list[dict[str, Any]] | None = None,
     ) -> int:
         """Push checkpoint-named tensors (``model.named_parameters()`` names); returns the version.
 
         One transaction however large: above ``max_file_bytes`` the data goes as several
-        files (cut between modules), all loaded while generation stays paused.
+        files (cut between layers), all loaded while generation stays paused.
+
+        Streaming form (a trainer's sync, so it never holds the whole model): ``params``
+        announces every tensor's ``{name, shape, dtype}`` up front, and ``named_tensors`` is
+        then read lazily, once, as ``(name, tensor)`` pairs with each layer's tensors
+        together; each file's worth is copied out and dropped before the next is read.
         """
         timeout = timeout or self.update_timeout
         deadline = time.monotonic() + timeout
-        tensors = dict(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
-        if not tensors:
+        stream: Iterator[tuple[str, Any]] | None = None
+        if params is None:
+            tensors = dict(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
+        else:
+            stream = iter(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
+            tensors = dict(itertools.islice(stream, 1))  # the first pair says where the tensors live
+        if not tensors or params == []:
             raise WeightSyncError("validate", "no tensors to send", hint="pass model.named_parameters()")
         version = self.version + 1 if version is None else int(version)
         if transport_name == "auto":
             device = self.server_device()
-            transport_name = transport.choose_transport(tensors, device, device != "cuda" and self._shm_ok())
-        if transport_name == "nccl":
-            return self._update_nccl(tensors, version, deadline, pause_mode)
+            transport_name = transport.choose_transport(
+                tensors, self._server_facts(device), self._shm_ok, transport.env_override()
+            )
+        if stream is not None and transport_name not in ("shm", "http"):
+            tensors.update(stream)  # the GPU transports take an update whole
+            stream = None
+        if transport_name in ("nccl", "ipc"):
+            return self._update_nccl(tensors, version, deadline, pause_mode, transport_name)
         t0 = time.perf_counter()
-        cpu = transport.prepare_tensors(tensors)
-        meta = transport.tensor_meta(cpu)
+        if stream is None:
+            cpu = transport.prepare_tensors(tensors)
+            meta = transport.tensor_meta(cpu)
+            pieces: Iterable[dict[str, Any]] = transport.split_by_module(cpu, max_file_bytes)
+        else:
+            meta = params
+            pieces = self._pieces(itertools.chain(tensors.items(), stream), max_file_bytes)
         update_id = uuid.uuid4().hex
 
         def left() -> float:
@@ -353,18 +399,15 @@ class VLLMClient:
                 )
             return remaining
 
-        # Data is staged before begin: the server pauses generation only for load + commit.
-        pieces = transport.split_by_module(cpu, max_file_bytes)
-        try:
-            if transport_name == "shm":
-                staged: list[Any] = [self._staging.write(piece) for piece in pieces]
-            else:
-                staged = [transport.safetensors_bytes(piece) for piece in pieces]
-        except OSError as e:
-            self._staging.close()
-            raise WeightSyncError(
-                "write", f"cannot stage the weights: {e}", hint="free space in /dev/shm"
-            ) from e
+        # shm: data is staged before begin, so the server pauses generation only for load +
+        # commit. http streamed: each file is made and uploaded in turn (the trainer holds one).
+        staged: Iterable[Any]
+        if transport_name == "shm":
+            staged = self._stage(pieces)
+        elif stream is None:
+            staged = [transport.safetensors_bytes(piece) for piece in pieces]
+        else:
+            staged = (transport.safetensors_bytes(piece) for piece in pieces)
         begin = {
             "update_id": update_id,
             "version": version,
@@ -396,6 +439,40 @@ class VLLMClient:
         )
         return self.version
 
+    @staticmethod
+    def _pieces(pairs: Iterable[tuple[str, Any]], max_bytes: int) -> Iterator[dict[str, Any]]:
+        """Streamed ``(name, tensor)`` pairs as CPU pieces of about ``max_bytes``, cut only between
+        layers (as ``transport.split_by_module``), each made when the previous one was used."""
+        from verifiers.training.weight_names import layer_of
+
+        piece: dict[str, Any] = {}
+        size, last = 0, None
+        for name, t in pairs:
+            layer = layer_of(name)
+            if size >= max_bytes and layer != last:
+                yield transport.prepare_tensors(piece)
+                piece, size = {}, 0
+            piece[name] = t
+            size += t.numel() * t.element_size()
+            last = layer
+        if piece:
+            yield transport.prepare_tensors(piece)
+
+    def _stage(self, pieces: Iterable[dict[str, Any]]) -> list[Any]:
+        """Write every piece to its /dev/shm file before begin (one file per piece layout)."""
+        staged: list[Any] = []
+        try:
+            for piece in pieces:
+                # Every file of this update must survive until it is loaded.
+                self._staging.max_files = max(self._staging.max_files, len(staged) + 1)
+                staged.append(self._staging.write(piece))
+        except OSError as e:
+            self._staging.close()
+            raise WeightSyncError(
+                "write", f"cannot stage the weights: {e}", hint="free space in /dev/shm"
+            ) from e
+        return staged
+
     def _abort(self, update_id: str) -> None:
         """Best effort: let the server resume now instead of at the update's deadline."""
         try:
@@ -408,21 +485,81 @@ class VLLMClient:
         except requests.exceptions.RequestException:
             pass
 
-    # -- GPU: NCCL (nccl_update.py) -------------------------------------------
+    # -- GPU: NCCL (nccl_update.py) and CUDA IPC (ipc_update.py) ---------------
     def init_nccl(self, master_address: str | None = None, master_port: int | None = None) -> None:
-        """Join an NCCL group with the server's workers (this process is rank 0)."""
+        """Join an NCCL group with the server's workers (this process is rank 0).
+
+        A group already open is closed first: after a server restart its peers are gone.
+        """
         from verifiers.inference.nccl_update import NcclChannel
 
-        self._nccl = NcclChannel(self, master_address, master_port)
+        health = self.health()  # the server process the group is made with
+        self._drop_gpu_channel()
+        channel = NcclChannel(self, master_address, master_port)
+        channel.server_instance = health.get("instance_id")
+        self._nccl = channel
 
-    def _update_nccl(self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str) -> int:
+    def _drop_gpu_channel(self) -> None:
+        """Forget the GPU channel; its close (an NCCL group with dead peers may block) gets 5 s."""
+        channel, self._nccl = self._nccl, None
+        if channel is None:
+            return
+        import threading
+
+        def close() -> None:
+            try:
+                channel.close()
+            except Exception as e:  # noqa: BLE001 - the group is dropped either way
+                logger.debug("closing the old weight channel failed: %s", e)
+
+        closer = threading.Thread(target=close, name="vf-gpu-channel-close", daemon=True)
+        closer.start()
+        closer.join(5.0)
+
+    def _update_nccl(
+        self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str, kind: str = "nccl"
+    ) -> int:
+        """One GPU update over ``kind`` (``nccl`` or ``ipc``), on a channel made with this server process.
+
+        The server's health is read first: a channel made with an earlier server
+        process (``instance_id`` changed: ``vf-rl`` restarted it) would broadcast to
+        dead peers, so it is closed and a new group opened. A server that does not
+        answer raises ``ServerUnreachableError``, which ``is_server_lost`` reports.
+        """
+        health = self._facts = self.health()  # also what the next automatic choice reads
+        offered = [k for k in health.get("transports") or ["nccl"] if k in ("nccl", "ipc")]
+        if kind not in offered:
+            raise WeightSyncError(
+                "validate",
+                f"transport {kind!r} is not what the server offers ({', '.join(offered) or 'no GPU transfer'})",
+                hint=f"send with transport {offered[0]!r}, or restart vf-vllm with --weight-transfer {kind}"
+                if offered
+                else "use transport 'shm' or 'http'",
+                url=self.server_url,
+            )
+        channel = self._nccl
+        if channel is not None and (
+            getattr(channel, "kind", "nccl") != kind
+            or self._restarted(health, getattr(channel, "server_instance", None))
+        ):
+            logger.warning(
+                "the vLLM server restarted (or its weight transfer changed): reopening the %s channel", kind
+            )
+            self._drop_gpu_channel()
         if self._nccl is None:
-            self.init_nccl()
+            if kind == "ipc":
+                from verifiers.inference.ipc_update import IpcChannel
+
+                self._nccl = IpcChannel(self)
+                self._nccl.server_instance = health.get("instance_id")
+            else:
+                self.init_nccl()
+        channel = self._nccl
         try:
-            self.version = self._nccl.update(tensors, version, deadline, pause_mode)
+            self.version = channel.update(tensors, version, deadline, pause_mode)
         finally:
-            if self._nccl.broken:
-                self._nccl = None
+            if channel.broken and self._nccl is channel:
+                self._drop_gpu_channel()
         return self.version
 
     # -- LoRA ------------------------------------------------------------------
@@ -471,9 +608,7 @@ class VLLMClient:
 
     def close(self) -> None:
         self._staging.close()
-        if self._nccl is not None:
-            self._nccl.close()
-            self._nccl = None
+        self._drop_gpu_channel()
         self._session.close()
         if self._sync_openai is not None:
             self._sync_openai.close()

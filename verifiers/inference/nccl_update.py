@@ -24,9 +24,17 @@ from verifiers.inference import transport
 class NcclChannel:
     """An NCCL group with the server's workers (this process is rank 0), opened on creation.
 
-    After a broadcast that did not finish in time the group is unusable:
-    ``broken`` is set and the client opens a new channel for the next update.
+    After a broadcast that failed or did not finish in time the group is unusable:
+    ``broken`` is set and the client opens a new channel for the next update. A
+    failure while the server is gone (it does not answer, or answers as another
+    process: ``instance_id`` changed) is raised as ``WeightSyncError(stage="connect")``,
+    which ``client.is_server_lost`` reports, so a trainer waits for the server
+    and syncs again (verifiers/training/recovery.py) instead of stopping.
     """
+
+    kind = "nccl"
+    # Failures the server reported before any broadcast began: the group is still fine.
+    _BEFORE_BROADCAST = frozenset({"begin", "validate", "handshake", "pause", "prepare", "request", "auth"})
 
     def __init__(self, client: Any, master_address: str | None = None, master_port: int | None = None):
         self.client = client
@@ -41,6 +49,7 @@ class NcclChannel:
                 master_port = s.getsockname()[1]
         self.control = _NcclControl(client)
         self.broken = False
+        self.server_instance: str | None = None  # the server process the group was made with
         self.sender = transport.NcclWeightSender(
             self.control,
             master_address=master_address,
@@ -53,10 +62,11 @@ class NcclChannel:
         control = self.control
         control.begin(tensors, version, pause_mode, deadline)
         error: list[BaseException] = []
+        ready = transport.ready_event(tensors)  # on this thread's stream, where the step ran
 
         def run() -> None:
             try:
-                self.sender.send(tensors)
+                self.sender.send(tensors, ready)
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
                 error.append(e)
 
@@ -66,20 +76,43 @@ class NcclChannel:
         if thread.is_alive():
             self.client._abort(control.update_id)
             self.broken = True
-            raise WeightSyncError(
+            timeout = WeightSyncError(
                 "transfer",
                 "NCCL broadcast did not finish in time; the NCCL group is unusable",
-                hint="restart the server and the trainer",
+                hint="the next update opens a new group; raise the update timeout if the model is large",
                 url=self.client.server_url,
             )
+            self._raise_if_server_lost(timeout)
+            raise timeout
         if error:
+            e = error[0]
             self.client._abort(control.update_id)
-            if isinstance(error[0], WeightSyncError):
-                raise error[0]
-            raise WeightSyncError(
-                "transfer", f"{type(error[0]).__name__}: {error[0]}", url=self.client.server_url
-            ) from error[0]
+            if not (isinstance(e, WeightSyncError) and e.stage in self._BEFORE_BROADCAST):
+                self.broken = True  # a broadcast that failed midway leaves the group out of step
+            if not isinstance(e, WeightSyncError):
+                e = WeightSyncError("transfer", f"{type(e).__name__}: {e}", url=self.client.server_url)
+                e.__cause__ = error[0]
+            self._raise_if_server_lost(e)
+            raise e
         return version
+
+    def _raise_if_server_lost(self, err: BaseException) -> None:
+        """Raise ``err`` as a lost server (stage ``connect``) when the server is gone or restarted."""
+        if isinstance(err, WeightSyncError) and err.stage == "connect":
+            self.broken = True
+            raise err
+        health = self.client.ping()
+        now = (health or {}).get("instance_id")
+        if health is not None and not (self.server_instance and now and now != self.server_instance):
+            return
+        self.broken = True
+        what = "does not answer" if health is None else "restarted"
+        raise WeightSyncError(
+            "connect",
+            f"the server {what} during the NCCL update ({err}); its NCCL peers are gone",
+            hint="the trainer waits for it and syncs again over a new NCCL group",
+            url=self.client.server_url,
+        ) from err
 
     def close(self) -> None:
         self.sender.close()

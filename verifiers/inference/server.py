@@ -8,17 +8,21 @@ Routes (JSON; errors are ``{"error": {"message", "type", "stage"}}`` with a 4xx/
 ----------------------------------------------------------------------------------
 Open (readiness waits need them; they reveal nothing secret):
 
-* ``GET /vf/health`` -> ``{"status": "ready", "model", "weight_version", "device",
-  "world_size", "lora": {"enabled", "max_rank", "adapters"}, "transports",
-  "update_in_progress", "paused", "admin_token_required", "tool_template", "last_error"}``
-  (``tool_template``: the file of verifiers' tool chat template when the server
-  renders with it, else null); 503 once the engine died.
+* ``GET /vf/health`` -> ``{"status": "ready", "model", "weight_version", "instance_id",
+  "device", "dtype", "device_uuids", "world_size", "lora": {"enabled", "max_rank", "adapters"},
+  "transports", "update_in_progress", "paused", "admin_token_required", "tool_template",
+  "last_error"}`` (``instance_id``: new with each server process, so a client tells a
+  restart apart even at equal versions; ``dtype``: the served weights' dtype, which syncs are sent in; ``device_uuids``: the workers' physical GPUs;
+  ``transports``: ``"nccl"`` or ``"ipc"``, the server's one vLLM weight-transfer
+  backend, then ``"shm"``, ``"http"``; ``tool_template``: the file of verifiers' tool
+  chat template when the server renders with it, else null); 503 once the engine
+  died, or when rolling back a dropped update failed (``"weights_broken"``).
 * ``GET /vf/world_size`` -> ``{"world_size", "tensor_parallel", "pipeline_parallel",
   "data_parallel"}`` (vLLM workers; an NCCL group adds the trainer as rank 0).
 
 Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
 
-* ``POST /vf/weights/begin`` ``{"update_id", "version", "transport": "shm"|"http"|"nccl",
+* ``POST /vf/weights/begin`` ``{"update_id", "version", "transport": "shm"|"http"|"nccl"|"ipc",
   "params": [{"name", "shape", "dtype"}], "timeout_s"?, "pause_mode"?: "keep"|"wait"|"abort"}``
   -> ``{"update_id", "version", "stage": "ready"}``. Validates names and shapes
   against the served checkpoint (400 listing the problems; serving goes on),
@@ -30,10 +34,19 @@ Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
   (each of whole layers) for a large update; generation stays paused throughout.
 * ``POST /vf/weights/nccl`` ``{"update_id", "update_info"?}`` (GPU) -> ``{"loaded"}``, once
   the workers received the broadcast the trainer runs at the same time.
+* ``POST /vf/weights/ipc`` ``{"update_id", "update_info": {"names", "dtype_names",
+  "shapes", "ipc_handles"}}`` (GPU shared with the trainer) -> ``{"loaded"}``: the
+  workers open the trainer's tensors through CUDA IPC handles, JSON-encoded by
+  verifiers/inference/ipc_update.py (no pickle crosses the wire).
 * ``POST /vf/weights/commit`` ``{"update_id", "version"}`` -> ``{"version", "prefix_cache_reset"}``:
   resets the prefix cache (its blocks hold keys/values of the old weights; running
   requests are recomputed), records the version, resumes generation.
-* ``POST /vf/weights/abort`` ``{"update_id"}`` -> ``{"aborted"}``
+* ``POST /vf/weights/abort`` ``{"update_id"}`` -> ``{"aborted"}``. An nccl/ipc update
+  dropped uncommitted (abort, deadline, failed receive or commit) is rolled back
+  on the workers (vLLM's ``start_weight_update`` left every layer on the meta
+  device): if no weights had arrived the old ones come back unchanged, else the
+  checkpoint is reloaded from disk and ``weight_version`` goes back to 0 (a client's
+  ``lost_weights`` then sees it must push again); ``last_error`` says which.
 * ``POST /vf/nccl/init`` ``{"init_info", "timeout_s"?}`` -> ``{"ok": true}`` (vLLM's NCCL engine joins the trainer)
 * ``POST /vf/lora/load`` ``{"name", "path", "version"?}`` and ``PUT /vf/lora/upload/{name}?version=N``
   (body from ``transport.lora_blob``) -> ``{"name", "version", "seconds", "load_seconds"}``: hot-swaps
@@ -89,9 +102,22 @@ __all__ = [
 ]
 
 PAUSE_MODES = ("keep", "wait", "abort")
+GPU_TRANSPORTS = ("nccl", "ipc")  # vLLM weight-transfer backends, one per server
 LORA_OFF = "LoRA is not enabled on this server; start vf-vllm with --enable-lora --max-lora-rank R"
-NO_NCCL = "this server has no NCCL weight transfer (CPU); use transport 'shm' or 'http'"
+NO_NCCL = "this server has no GPU weight transfer (CPU); use transport 'shm' or 'http'"
 BEGIN_FIELDS = f"need update_id, transport in {transport.TRANSPORTS}, pause_mode in {PAUSE_MODES}"
+
+
+def _gpu_transports(vllm_config: Any) -> list[str]:
+    """``["nccl"]`` or ``["ipc"]``: the server's vLLM weight-transfer backend, if vf can drive it."""
+    cfg = vllm_config.weight_transfer_config
+    backend = getattr(cfg, "backend", None) if cfg is not None else None
+    return [backend] if backend in GPU_TRANSPORTS else []
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    """``torch.bfloat16`` -> ``"bfloat16"``; None when the engine does not say."""
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def _state(request: Request) -> State:
@@ -154,19 +180,26 @@ def build_router() -> APIRouter:
             return JSONResponse(
                 {"status": "engine_dead", "error": str(st.engine.dead_error)}, status_code=503
             )
+        if st.weights_broken:
+            return JSONResponse({"status": "weights_broken", "error": st.weights_broken}, status_code=503)
         cfg, models = st.engine.vllm_config, request.app.state.openai_serving_models
         return {
             "status": "ready",
             "model": models.base_model_paths[0].name,
             "weight_version": st.version,
+            "instance_id": st.instance_id,
             "device": st.device,
+            # The dtype the trainer sends weights in (a trainer in fp32 or mixed precision would
+            # otherwise send twice the bytes).
+            "dtype": _dtype_name(getattr(getattr(cfg, "model_config", None), "dtype", None)),
+            "device_uuids": st.device_uuids,
             "world_size": cfg.parallel_config.world_size_across_dp,
             "lora": {
                 "enabled": cfg.lora_config is not None,
                 "max_rank": cfg.lora_config.max_lora_rank if cfg.lora_config else None,
                 "adapters": {n: st.lora_versions.get(n) for n in models.lora_requests},
             },
-            "transports": (["nccl"] if cfg.weight_transfer_config is not None else []) + ["shm", "http"],
+            "transports": _gpu_transports(cfg) + ["shm", "http"],
             "update_in_progress": st.update is not None,
             "paused": bool(await st.engine.is_paused()),
             "admin_token_required": bool(st.settings.admin_token) or not st.settings.loopback,
@@ -197,9 +230,21 @@ def build_router() -> APIRouter:
             raise RouteError(400, "request", BEGIN_FIELDS)
         if not isinstance(params, list) or not params:
             raise RouteError(400, "validate", "params must list at least one {name, shape, dtype}")
-        if kind == "nccl" and st.engine.vllm_config.weight_transfer_config is None:
-            raise RouteError(400, "validate", NO_NCCL)
+        offered = _gpu_transports(st.engine.vllm_config)
+        if kind in GPU_TRANSPORTS and kind not in offered:
+            if not offered:
+                raise RouteError(400, "validate", NO_NCCL)
+            raise RouteError(
+                400,
+                "validate",
+                f"this server's weight transfer is {offered[0]!r}, not {kind!r}: send with transport "
+                f"{offered[0]!r}, or restart vf-vllm with --weight-transfer {kind}",
+            )
+        if st.weights_broken:
+            raise RouteError(503, "begin", st.weights_broken)
         async with st.lock:
+            if st.update is not None and st.update.ending:  # the next update waits for its rollback
+                await st.call(st.update.done.wait(), "begin", timeout, "the previous update's rollback")
             if st.update is not None:
                 if st.update.update_id == update_id:  # a retried begin gets the same answer
                     return {"update_id": update_id, "version": st.update.version, "stage": "ready"}
@@ -217,11 +262,13 @@ def build_router() -> APIRouter:
             try:
                 await st.pause(pause_mode, timeout)
                 u.paused = True
-                if kind == "nccl":
-                    await st.rpc("start_weight_update", "prepare", st.left(u))
+                if kind in GPU_TRANSPORTS:
+                    # A failed or timed-out start may still have begun the layerwise
+                    # reload on some worker: the rollback closes it either way.
                     u.nccl_started = True
-            except BaseException:
-                await st.finish(u, "failed to prepare")
+                    await st.rpc("start_weight_update", "prepare", st.left(u))
+            except BaseException as e:
+                await st.end(u, f"failed to prepare: {getattr(e, 'message', e)}")
                 raise
             u.expiry = asyncio.create_task(st.expire(u))
         return {"update_id": update_id, "version": u.version, "stage": "ready"}
@@ -299,9 +346,40 @@ def build_router() -> APIRouter:
             "shapes": [p["shape"] for p in u.params],
         }
         receive = st.engine.update_weights(WeightTransferUpdateRequest(update_info=info))
-        await st.call(receive, "transfer", st.left(u), "NCCL receive (a timeout leaves the group unusable)")
-        u.loaded = True
+        await receive_into(st, u, receive, "NCCL receive (a timeout leaves the group unusable)")
         return {"loaded": len(info["names"])}
+
+    @router.post("/weights/ipc", dependencies=admin)
+    async def ipc(request: Request):
+        st, body = _state(request), await _body(request)
+        u = st.current(str(body.get("update_id")))
+        info = body.get("update_info")
+        if u.transport != "ipc":
+            raise RouteError(400, "transfer", f"update {u.update_id} began with transport {u.transport!r}")
+        if not isinstance(info, dict) or not isinstance(info.get("names"), list):
+            raise RouteError(400, "transfer", "update_info must hold names, dtype_names, shapes, ipc_handles")
+        announced = {p["name"] for p in u.params}
+        if set(info["names"]) != announced:
+            raise RouteError(
+                400, "transfer", "update_info names differ from what begin announced; send those"
+            )
+        rpc = st.engine.collective_rpc("vf_receive_ipc", timeout=st.left(u), args=(info,))
+        await receive_into(st, u, rpc, "IPC receive")
+        return {"loaded": len(info["names"])}
+
+    async def receive_into(st: State, u: Update, receive: Any, what: str) -> None:
+        """Await a GPU receive of ``u``; on any failure roll the update back before answering."""
+        u.transfer_started = True
+        try:
+            await st.call(receive, "transfer", st.left(u), what)
+        except BaseException as e:
+            # vLLM's worker has dropped its update session but left layers on meta:
+            # roll back now rather than at the client's abort or the deadline.
+            await st.end(u, f"failed to receive: {getattr(e, 'message', e)}")
+            raise
+        if st.update is not u:  # the deadline passed and rolled it back while receiving
+            raise RouteError(504, "timeout", f"update {u.update_id} passed its deadline; {st.last_error}")
+        u.loaded = True
 
     @router.post("/weights/commit", dependencies=admin)
     async def commit(request: Request):
@@ -314,10 +392,14 @@ def build_router() -> APIRouter:
             raise RouteError(
                 409, "commit", f"update {u.update_id} still misses {missing} tensors; send them, then commit"
             )
-        try:
-            if u.nccl_started:
+        if u.nccl_started:
+            try:
                 await st.rpc("finish_weight_update", "commit", st.left(u))
                 await st.rpc("vf_repack_tied", "commit", st.left(u))
+            except BaseException as e:
+                await st.end(u, f"failed to commit: {getattr(e, 'message', e)}")
+                raise
+        try:
             reset = await st.reset_prefix_cache()
             st.version, st.last_error = u.version, None
             try:  # vLLM's own /weight_info shows it too
@@ -332,9 +414,9 @@ def build_router() -> APIRouter:
     async def abort(request: Request):
         st, body = _state(request), await _body(request)
         u = st.update
-        if u is None or u.update_id != str(body.get("update_id")):
+        if u is None or u.update_id != str(body.get("update_id")) or u.ending:
             return {"aborted": False}
-        await st.finish(u, "aborted by the client")
+        await st.end(u, "was aborted by the client", note=False)
         return {"aborted": True}
 
     @router.post("/nccl/init", dependencies=admin)
@@ -342,7 +424,7 @@ def build_router() -> APIRouter:
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
 
         st, body = _state(request), await _body(request)
-        if st.engine.vllm_config.weight_transfer_config is None:
+        if "nccl" not in _gpu_transports(st.engine.vllm_config):
             raise RouteError(400, "init", NO_NCCL)
         timeout = _number(body, "timeout_s", st.settings.update_timeout_s)
         join = st.engine.init_weight_transfer_engine(

@@ -13,6 +13,7 @@ import hmac
 import ipaddress
 import logging
 import time
+import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,8 +87,11 @@ class Update:
     paused: bool = False
     loaded: bool = False  # every announced tensor arrived
     received: set[str] = field(default_factory=set)
-    nccl_started: bool = False
+    nccl_started: bool = False  # vLLM's start_weight_update ran (nccl/ipc): layers are on meta
+    transfer_started: bool = False  # a receive began: the model may hold part of the new weights
+    ending: bool = False  # being rolled back; no route may use it any more
     expiry: asyncio.Task | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # set once it is over
 
 
 @dataclass
@@ -105,6 +109,11 @@ class State:
     lora_versions: dict[str, int] = field(default_factory=dict)
     lora_paths: dict[str, str] = field(default_factory=dict)
     last_error: str | None = None
+    # A fresh id per server process: a client that sees it change knows the server
+    # restarted (its NCCL group, adapters and weights are gone) even at equal versions.
+    instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    device_uuids: list[str] = field(default_factory=list)  # physical GPUs of the workers
+    weights_broken: str | None = None  # a rollback failed: the model may run on meta tensors
 
     async def call(
         self, awaitable: Awaitable[Any], stage: str, timeout: float, what: str, status: int = 500
@@ -121,8 +130,26 @@ class State:
 
     async def rpc(self, method: str, stage: str, timeout: float, *args: Any) -> Any:
         """First worker's result of ``collective_rpc`` (every worker runs it)."""
+        return (await self.rpc_all(method, stage, timeout, *args))[0]
+
+    async def rpc_all(self, method: str, stage: str, timeout: float, *args: Any) -> list[Any]:
+        """Every worker's result of ``collective_rpc``."""
         rpc = self.engine.collective_rpc(method, timeout=timeout, args=args)
-        return (await self.call(rpc, stage, timeout + 5, method))[0]
+        return list(await self.call(rpc, stage, timeout + 5, method))
+
+    async def probe_devices(self) -> list[str]:
+        """Ask the workers for their physical GPUs (``device_uuids`` in /vf/health); once, at start.
+
+        Not in the health route itself: a worker busy receiving an update would hold
+        every health check up.
+        """
+        if self.device == "cuda":
+            try:
+                found = await self.rpc_all("vf_device_uuid", "init", 30.0)
+                self.device_uuids = [str(u) for u in found if u]
+            except RouteError as e:  # health then reports none: clients fall back to NCCL/shm
+                logger.warning("could not read the workers' GPU UUIDs: %s", e.message)
+        return self.device_uuids
 
     async def pause(self, mode: str, timeout: float) -> None:
         await self.call(
@@ -139,7 +166,7 @@ class State:
 
     def current(self, update_id: str) -> Update:
         u = self.update
-        if u is None or u.update_id != update_id:
+        if u is None or u.update_id != update_id or u.ending:
             raise RouteError(
                 410, "handshake", f"no update {update_id!r} in progress (expired or aborted); begin again"
             )
@@ -158,13 +185,63 @@ class State:
             self.update = None
         if u.expiry is not None and u.expiry is not asyncio.current_task():
             u.expiry.cancel()
-        if u.paused:
-            await self.resume()
+        try:
+            if u.paused:
+                await self.resume()
+        finally:
+            u.done.set()
         logger.info("weight update %s (v%d) %s", u.update_id, u.version, reason)
 
     async def expire(self, u: Update) -> None:
         await asyncio.sleep(max(0.0, u.deadline - time.monotonic()))
-        if self.update is u:
-            self.last_error = f"update {u.update_id} was not committed within its timeout; dropped"
+        if self.update is u and not u.ending:
+            await self.end(u, "was not committed within its timeout")
             logger.warning("%s, generation resumed", self.last_error)
-            await self.finish(u, "expired")
+
+    async def end(self, u: Update, why: str, note: bool = True) -> None:
+        """Drop ``u`` uncommitted (abort, deadline, failure): roll back, record why, resume.
+
+        After vLLM's ``start_weight_update`` every layer sits on the meta device until
+        ``finish_weight_update``, and the worker refuses the next start until then, so
+        a dropped nccl/ipc update is closed on the workers (``vf_end_weight_update``):
+        nothing received -> the old weights come back as they were; something received
+        -> the checkpoint is reloaded from disk and the version goes back to 0, which
+        tells a client (``lost_weights``) to push its weights again. ``last_error``
+        says which (``note`` False: a client's abort of an shm/http update, which
+        changed nothing, leaves it alone). If the rollback itself fails, generation
+        stays paused (it would run on meta tensors) and health answers 503 until the
+        server is restarted.
+        """
+        if u.ending:
+            return
+        u.ending = True
+        if u.expiry is not None and u.expiry is not asyncio.current_task():
+            u.expiry.cancel()
+        message = f"update {u.update_id} (v{u.version}) {why}"
+        if u.nccl_started:
+            reload = u.transfer_started or u.loaded
+            try:
+                # A worker still blocked in a receive answers only after it: wait one update timeout.
+                await self.rpc("vf_end_weight_update", "rollback", self.settings.update_timeout_s, reload)
+            except RouteError as e:
+                self.weights_broken = f"{message}; rolling it back failed ({e.message}): restart the server"
+                self.last_error = self.weights_broken
+                logger.error("%s", self.last_error)
+                if self.update is u:
+                    self.update = None
+                u.done.set()
+                return  # generation stays paused: the model may hold meta tensors
+            if reload:
+                self.version = 0
+                await self.reset_prefix_cache()  # cached keys/values came from the half-loaded model
+                message += (
+                    "; weights had begun to arrive, so the server reloaded its checkpoint (version 0): "
+                    "push the weights again"
+                )
+            else:
+                message += (
+                    f"; no weights had arrived, the served weights are unchanged (version {self.version})"
+                )
+        if note or u.nccl_started:
+            self.last_error = message
+        await self.finish(u, why)

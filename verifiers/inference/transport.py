@@ -1,13 +1,19 @@
 """How weights travel from the trainer to a vf-vllm server (the client's side).
 
-Three transports, picked by :func:`choose_transport` unless the caller names one:
+Four transports, picked by :func:`choose_transport` unless the caller names one
+(``transport_name=`` of ``VLLMClient.update_weights``, else ``$VF_WEIGHT_TRANSPORT``):
 
 * ``"nccl"`` (GPU): vLLM's native NCCL weight-transfer engine. The trainer joins
   one NCCL group with the server's workers once (:class:`NcclWeightSender`), then
   each update broadcasts every tensor packed into a few large buffers (vLLM's
   ``packed_nccl_broadcast_producer``), not one call per tensor. Chosen when the
-  tensors are on a CUDA device and the server runs on CUDA. **Untested here:
-  the machines this was written on have no GPU.**
+  tensors are on a CUDA device, the server runs on CUDA with ``--weight-transfer
+  nccl`` and no worker shares the trainer's GPU. **Untested here: the machines
+  this was written on have no GPU.**
+* ``"ipc"`` (GPU, trainer and server on one GPU): vLLM's CUDA IPC engine; the
+  worker opens the trainer's tensors in place (verifiers/inference/ipc_update.py).
+  Chosen when the server's one GPU (``device_uuids`` in its health) is the one
+  the tensors are on and it runs with ``--weight-transfer ipc``.
 * ``"shm"`` (CPU, same machine): the client writes one safetensors file under
   ``/dev/shm`` (or the temp dir when ``/dev/shm`` is missing, read-only or too
   small) and sends its path; the worker memory-maps it. Chosen when the server
@@ -25,15 +31,18 @@ This module imports torch/safetensors lazily: importing ``verifiers`` stays ligh
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-TRANSPORTS = ("nccl", "shm", "http")
+logger = logging.getLogger("verifiers.inference.transport")
+
+TRANSPORTS = ("nccl", "ipc", "shm", "http")
 FILE_PREFIX = "vf-"  # the server only reads/deletes transport files named like this
 ADAPTER_CONFIG_KEY = "vf_adapter_config"  # safetensors metadata key of an uploaded LoRA
 
@@ -68,22 +77,25 @@ def prepare_tensors(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]
 
 
 def split_by_module(tensors: Mapping[str, Any], max_bytes: int) -> list[dict[str, Any]]:
-    """Cut ``tensors`` into pieces of about ``max_bytes``, only between modules.
+    """Cut ``tensors`` into pieces of about ``max_bytes``, only between layers.
 
-    vLLM reloads weights per layer and fuses q/k/v (gate/up) of one block, so a cut
-    never falls inside ``model.layers.N.self_attn`` or ``.mlp`` (the name minus its
-    last two parts).
+    vLLM fuses q/k/v (gate/up, every expert of an MoE layer) and the server reloads
+    each file's layers as they come, so a cut never falls inside a layer
+    (``model.layers.N``; a name without an index is its own module): see
+    ``verifiers.training.weight_names.layer_of``.
     """
+    from verifiers.training.weight_names import layer_of
+
     pieces: list[dict[str, Any]] = [{}]
     size, last = 0, None
     for name, t in tensors.items():
-        module = name.rsplit(".", 2)[0]
-        if size >= max_bytes and module != last:
+        layer = layer_of(name)
+        if size >= max_bytes and layer != last:
             pieces.append({})
             size = 0
         pieces[-1][name] = t
         size += t.numel() * t.element_size()
-        last = module
+        last = layer
     return [p for p in pieces if p]
 
 
@@ -380,35 +392,154 @@ def lora_blob(adapter: Any, config: Any = None) -> bytes:
 # GPU: NCCL through vLLM's native weight-transfer engine (untested: no GPU here)
 
 
-def choose_transport(named_tensors: Mapping[str, Any], server_device: str, shm_visible: bool) -> str:
-    """``nccl`` for CUDA tensors to a CUDA server, ``shm`` on a shared host, else ``http``."""
-    on_cuda = any(getattr(t, "is_cuda", False) for t in named_tensors.values())
-    if on_cuda and server_device == "cuda":
-        return "nccl"
-    return "shm" if shm_visible else "http"
+TRANSPORT_ENV = "VF_WEIGHT_TRANSPORT"  # nccl | ipc | shm | http | auto: overrides the automatic choice
+
+
+def env_override() -> str | None:
+    """The transport ``$VF_WEIGHT_TRANSPORT`` forces, or None (unset or ``auto``)."""
+    value = os.environ.get(TRANSPORT_ENV, "").strip().lower()
+    if not value or value == "auto":
+        return None
+    if value not in TRANSPORTS:
+        raise ValueError(f"{TRANSPORT_ENV}={value!r}; set it to one of {TRANSPORTS} or auto")
+    return value
+
+
+def gpu_uuid(device: Any) -> str:
+    """The physical GPU behind a CUDA ``device``, as vLLM's IPC receiver names it (``str(props.uuid)``)."""
+    import torch
+
+    return str(torch.cuda.get_device_properties(device).uuid)
+
+
+def choose_transport(
+    named_tensors: Mapping[str, Any],
+    server: Mapping[str, Any] | str,
+    shm_visible: bool | Callable[[], bool],
+    override: str | None = None,
+    *,
+    uuid_of: Callable[[Any], str] = gpu_uuid,
+) -> str:
+    """How an update of ``named_tensors`` travels to ``server``; ``override`` (a transport name) wins.
+
+    ``server`` is the server's ``/vf/health`` (``device``, ``transports``,
+    ``device_uuids``; a bare device string is read as an NCCL server of unknown
+    GPUs). ``shm_visible`` is asked only when a file transport is chosen.
+
+    * CUDA tensors to a CUDA server, decided by GPU identity (``uuid_of(tensor.device)``
+      against the workers' ``device_uuids``):
+      - on the GPU of the server's only worker(s) and the server offers ``ipc``: ``ipc``;
+      - sharing a GPU otherwise: NCCL cannot run (it refuses two ranks on one
+        device), so the weights go as a file (``shm``/``http``); restart vf-vllm
+        with ``--weight-transfer ipc`` to avoid the copy;
+      - on other GPUs (or the server's GPUs unknown): ``nccl`` when offered.
+    * Otherwise ``shm`` on a shared host, else ``http``.
+    """
+    if override:
+        return override
+    if isinstance(server, str):
+        server = {"device": server, "transports": ["nccl"]}
+    gpu_kinds = [k for k in server.get("transports") or () if k in ("nccl", "ipc")]
+    cuda = [t for t in named_tensors.values() if getattr(t, "is_cuda", False)]
+    if cuda and server.get("device") == "cuda" and gpu_kinds:
+        ours = {uuid_of(d) for d in {t.device for t in cuda}}
+        theirs = {str(u) for u in server.get("device_uuids") or ()}
+        if theirs and ours & theirs:
+            if "ipc" in gpu_kinds and ours == theirs and len(ours) == 1:
+                return "ipc"
+            from verifiers.utils.logging import warn_once
+
+            warn_once(
+                logger,
+                "gpu-shared-no-ipc",
+                "the trainer shares GPU %s with the vLLM server, whose weight transfer (%s) cannot use "
+                "it (NCCL refuses two ranks on one GPU): weights go through host memory instead; "
+                "restart vf-vllm with --weight-transfer ipc to send them in place (logged once)",
+                sorted(ours & theirs)[0],
+                "/".join(gpu_kinds),
+            )
+        elif "nccl" in gpu_kinds:
+            return "nccl"
+        elif not theirs:  # an ipc server that cannot tell its GPUs: its operator chose ipc
+            return "ipc"
+    visible = shm_visible() if callable(shm_visible) else shm_visible
+    return "shm" if visible else "http"
+
+
+def cuda_device_of(named_tensors: Mapping[str, Any]) -> Any:
+    """The CUDA device of the first CUDA tensor (None when there is none)."""
+    for t in named_tensors.values():
+        if getattr(t, "is_cuda", False):
+            return t.device
+    return None
+
+
+def ready_event(named_tensors: Mapping[str, Any]) -> Any:
+    """A CUDA event recorded now on the calling thread's stream of the tensors' device, or None.
+
+    Call it on the thread that ran ``optimizer.step``: a sender on another thread (or on
+    vLLM's own packing streams) waits for it, so it never reads weights the step is still
+    writing. Without it nothing orders the two streams.
+    """
+    device = cuda_device_of(named_tensors)
+    if device is None:
+        return None
+    import torch
+
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
 
 
 class NcclWeightSender:
     """Trainer end of an NCCL group with the server's workers (rank 0 sends).
 
-    Built on vLLM's ``NCCLTrainerWeightTransferEngine``: it opens the group
-    (``trainer_init``, rendezvous on ``master_address:master_port``) and, per
-    update, runs the server's receive (``update_weights`` over HTTP) concurrently
-    with a packed broadcast. ``sync_client`` is any object with vLLM's
-    ``VLLMWeightSyncClient`` methods; :class:`VLLMClient` passes an adapter onto
-    its ``/vf/weights/*`` routes, which add validation, pausing and versions.
+    Opens the group on creation (rendezvous on ``master_address:master_port``, the
+    server's workers joining through ``sync_client.init_weight_transfer_engine`` at
+    the same time) and, per update, runs the server's receive (``update_weights``
+    over HTTP) concurrently with a packed broadcast. ``sync_client`` is any object
+    with vLLM's ``VLLMWeightSyncClient`` methods; :class:`VLLMClient` passes an
+    adapter onto its ``/vf/weights/*`` routes, which add validation, pausing and
+    versions.
+
+    Two vLLM APIs: releases with ``NCCLTrainerWeightTransferEngine`` (0.3x) drive the
+    round trip through it; 0.26 has only the static ``trainer_init`` /
+    ``NCCLWeightTransferEngine.trainer_send_weights``, so the round trip is driven
+    here, the same four calls in the same order.
 
     NCCL calls cannot be interrupted, so :meth:`send` runs in a thread and the
     caller waits with a timeout; after a timeout the group is unusable and the
-    error says to restart the server and the trainer.
+    error says to restart the server and the trainer. The thread's current CUDA
+    device is set to the tensors' (a new thread starts on device 0), and the
+    broadcast waits for ``ready`` (:func:`ready_event`) first.
     """
 
-    def __init__(self, sync_client: Any, *, master_address: str, master_port: int, world_size: int):
+    def __init__(
+        self,
+        sync_client: Any,
+        *,
+        master_address: str,
+        master_port: int,
+        world_size: int,
+        device: Any = None,
+    ):
+        import torch
+
+        if device is not None:
+            torch.cuda.set_device(device)  # the group lives on this thread's current device
+        self.client, self.engine, self.group = sync_client, None, None
+        try:
+            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerWeightTransferEngine
+        except ImportError:  # vLLM 0.26
+            NCCLTrainerWeightTransferEngine = None  # noqa: N806
+        if NCCLTrainerWeightTransferEngine is not None:
+            self._init_engine(NCCLTrainerWeightTransferEngine, master_address, master_port, world_size)
+        else:
+            self._init_static(master_address, master_port, world_size)
+
+    def _init_engine(self, engine_cls: Any, address: str, port: int, world_size: int) -> None:
         from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
-        from vllm.distributed.weight_transfer.nccl_engine import (
-            NCCLTrainerInitInfo,
-            NCCLTrainerWeightTransferEngine,
-        )
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
         class _Round(WeightSource):
             """The tensors of the current update; replaced before each send."""
@@ -422,20 +553,85 @@ class NcclWeightSender:
                 return iter(list(self.tensors.items()))
 
         self.source = _Round()
-        info = NCCLTrainerInitInfo(
-            master_address=master_address, master_port=master_port, world_size=world_size, rank=0
-        )
-        self.engine = NCCLTrainerWeightTransferEngine.trainer_init(
-            info, client=sync_client, source=self.source
+        info = NCCLTrainerInitInfo(master_address=address, master_port=port, world_size=world_size, rank=0)
+        self.engine = engine_cls.trainer_init(info, client=self.client, source=self.source)
+
+    def _init_static(self, address: str, port: int, world_size: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from vllm.distributed.weight_transfer.nccl_common import trainer_init
+
+        # The workers block in their init until the rendezvous completes: ask for it on a side
+        # thread while this one opens rank 0; both must meet.
+        worker_info = {
+            "master_address": address,
+            "master_port": port,
+            "rank_offset": 1,
+            "world_size": world_size,
+        }
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            joined = pool.submit(self.client.init_weight_transfer_engine, worker_info)
+            self.group = trainer_init(
+                {"master_address": address, "master_port": port, "world_size": world_size}
+            )
+            joined.result()
+
+    def send(self, named_tensors: Mapping[str, Any], ready: Any = None) -> None:
+        import torch
+
+        device = cuda_device_of(named_tensors)
+        if device is not None:
+            torch.cuda.set_device(device)
+        if ready is not None:
+            ready.synchronize()  # the optimizer step that wrote these tensors has finished
+        # NCCL needs contiguous device tensors; a tied pair is sent once.
+        tensors = {n: t.detach().contiguous() for n, t in named_tensors.items()}
+        if self.engine is not None:
+            self.source.tensors = tensors
+            try:
+                self.engine.send_weights()
+            finally:
+                self.source.tensors = {}
+        else:
+            self._send_static(tensors)
+
+    def _send_static(self, tensors: dict[str, Any]) -> None:
+        """vLLM 0.26: begin, (receive on the server || packed broadcast here), commit."""
+        import threading
+
+        from vllm.distributed.weight_transfer.nccl_engine import (
+            NCCLTrainerSendWeightsArgs,
+            NCCLWeightTransferEngine,
         )
 
-    def send(self, named_tensors: Mapping[str, Any]) -> None:
-        # NCCL needs contiguous device tensors; a tied pair is sent once.
-        self.source.tensors = {n: t.detach().contiguous() for n, t in named_tensors.items()}
-        try:
-            self.engine.send_weights()
-        finally:
-            self.source.tensors = {}
+        info = {
+            "names": list(tensors),
+            "dtype_names": [str(t.dtype).removeprefix("torch.") for t in tensors.values()],
+            "shapes": [list(t.shape) for t in tensors.values()],
+            "packed": True,
+        }
+        self.client.start_weight_update()
+        failed: list[BaseException] = []
+
+        def receive() -> None:
+            try:
+                self.client.update_weights(info)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                failed.append(e)
+
+        # A daemon thread: after a failed broadcast the server's receive never returns, and
+        # joining it would turn the error into a hang (the caller tears the group down).
+        receiver = threading.Thread(target=receive, name="vf-nccl-receive", daemon=True)
+        receiver.start()
+        NCCLWeightTransferEngine.trainer_send_weights(
+            iter(tensors.items()), NCCLTrainerSendWeightsArgs(group=self.group, packed=True)
+        )
+        receiver.join()
+        if failed:
+            raise failed[0]
+        self.client.finish_weight_update()
 
     def close(self) -> None:
-        self.engine.shutdown()
+        if self.engine is not None:
+            self.engine.shutdown()
+        self.group = None

@@ -19,6 +19,17 @@ Methods (all prefixed ``vf_`` so they cannot clash with vLLM's own):
   for its kernels once all its weights arrived), then refresh tied output layers.
 * ``vf_repack_tied() -> int``: refresh the kernels of layers that share their
   weight with another module (after an NCCL update; see below).
+* ``vf_end_weight_update(reload_checkpoint) -> dict``: close a GPU update that
+  will not be committed (abort, deadline, failed receive): end vLLM's layerwise
+  reload so no layer stays on the meta device, then, when weights may have
+  arrived, reload the served checkpoint from disk (a half-received update is
+  neither the old nor the new model).
+* ``vf_receive_ipc(update_info) -> int``: the receive of an IPC update; the CUDA
+  IPC handles arrive JSON-encoded (:func:`verifiers.inference.ipc_update.decode_handles`,
+  no pickle) and go to vLLM's ``update_weights`` worker method.
+* ``vf_device_uuid() -> str | None``: the physical GPU this worker runs on (its
+  UUID as ``torch.cuda.get_device_properties(i).uuid`` prints it), so a trainer
+  can tell whether it shares that GPU (then NCCL is impossible and IPC is used).
 
 :func:`validate_params` checks an update's names and shapes against that spec
 (it runs in the API server, before any data moves).
@@ -186,7 +197,16 @@ class WeightSyncExtension:
                     yield name, fh.get_tensor(name)
 
         kernels = self._vf_cpu_kernels()
-        self.reload_weights(weights_iterator=tensors(), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        try:
+            self.reload_weights(weights_iterator=tensors(), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        except BaseException:
+            # reload_weights raised between vLLM's initialize_layerwise_reload and its
+            # finalize: close the reload so no layer is left on the meta device.
+            try:
+                self._vf_finalize_reload()
+            except Exception as e:  # noqa: BLE001 - the load's own error is the one to report
+                logger.error("closing the failed reload failed too: %s", e)
+            raise
         refreshed = self._vf_refresh_tied(kernels)
         return {
             "loaded": count,
@@ -198,6 +218,83 @@ class WeightSyncExtension:
     def vf_repack_tied(self) -> int:
         """Re-pack the CPU kernels of every layer that shares its weight (after an NCCL update)."""
         return self._vf_refresh_tied({})
+
+    def vf_end_weight_update(self, reload_checkpoint: bool) -> dict[str, Any]:
+        """Close an uncommitted weight-transfer update so the model serves whole weights again.
+
+        vLLM's ``start_weight_update`` moved every layer to the meta device
+        (``initialize_layerwise_reload``); only ``finalize_layerwise_reload`` puts
+        them back: a layer that received nothing gets its kernel tensors (its old
+        weights) back, a fully received one keeps the new values, a partly received
+        one is rebuilt from what came plus uninitialised memory. So:
+
+        * nothing arrived (``reload_checkpoint`` False): finishing restores the
+          served weights exactly;
+        * something may have arrived: finish, then reload the checkpoint from disk
+          (vLLM's ``reload_weights`` with no iterator), which leaves the model at
+          version 0, whole.
+
+        vLLM's worker (``v1/worker/gpu_worker.py``, ``update_weights``) clears its
+        ``_weight_update_active`` flag when a receive raises but leaves the layerwise
+        reload open, and then refuses ``finish_weight_update``; that case is
+        finalised here directly. Returns ``{"finished", "reloaded", "seconds"}``.
+        """
+        t0 = time.perf_counter()
+        finished = "none"
+        if getattr(self, "_weight_update_active", False):
+            try:
+                self.finish_weight_update()  # type: ignore[attr-defined]
+                finished = "finish_weight_update"
+            except Exception as e:  # noqa: BLE001 - finalised below instead
+                logger.warning("finish_weight_update failed while rolling back (%s); finalising directly", e)
+        if finished == "none":
+            self._vf_finalize_reload()
+            finished = "finalize_layerwise_reload"
+        if reload_checkpoint:
+            kernels = self._vf_cpu_kernels()
+            self.reload_weights(weights_iterator=None, is_checkpoint_format=True)  # type: ignore[attr-defined]
+            self._vf_refresh_tied(kernels)
+        return {"finished": finished, "reloaded": reload_checkpoint, "seconds": time.perf_counter() - t0}
+
+    def _vf_finalize_reload(self) -> None:
+        """End an open layerwise reload without vLLM's worker bookkeeping (see vf_end_weight_update)."""
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        engine = getattr(self, "weight_transfer_engine", None)
+        drain = getattr(engine, "drain_pending", None)  # newer than vLLM 0.26: absent there
+        if callable(drain):
+            drain()
+        model = getattr(engine, "model", None)
+        if model is None:
+            model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        model_config = getattr(engine, "model_config", None)
+        if model_config is None:
+            model_config = self.vllm_config.model_config  # type: ignore[attr-defined]
+        finalize_layerwise_reload(model, model_config)  # a no-op for layers not being reloaded
+        if engine is not None and hasattr(engine, "reset_weight_update_target"):
+            engine.reset_weight_update_target()
+        self._weight_update_active = False
+
+    def vf_receive_ipc(self, update_info: dict[str, Any]) -> int:
+        """Receive one IPC update (JSON-encoded handles) through vLLM's ``update_weights``."""
+        from verifiers.inference.ipc_update import decode_handles
+
+        info = dict(update_info)
+        info["ipc_handles"] = decode_handles(info["ipc_handles"])
+        self.update_weights(info)  # type: ignore[attr-defined]
+        return len(info["names"])
+
+    def vf_device_uuid(self) -> str | None:
+        """This worker's physical GPU (``str(torch.cuda.get_device_properties(i).uuid)``), else None."""
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        device = getattr(self, "device", None)
+        index = device.index if getattr(device, "type", None) == "cuda" and device.index is not None else None
+        return str(
+            torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index).uuid
+        )
 
     def _vf_cpu_kernels(self) -> dict[int, Any]:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]

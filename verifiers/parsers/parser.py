@@ -73,12 +73,16 @@ class Parser:
     def parse_answer(self, completion: Messages) -> str | None:
         """The answer in ``completion``: ``parse`` of the string, or of the last assistant message.
 
-        Returns None for a chat completion without any assistant message.
+        Returns None for a chat completion without any assistant message, and
+        for a last assistant message without content (a tool-call-only turn),
+        as 0.1.4 did. 0.1.4 parsed the last message whatever its role; a rollout
+        that ended on an environment message had that text read as the model's
+        answer, so here only assistant messages count (docs/migrating.md).
         """
         if isinstance(completion, str):
             return self.parse(completion)
         assistant = self.get_assistant_messages(completion)
-        if not assistant:
+        if not assistant or message_field(assistant[-1], "content") is None:
             return None
         return self.parse(message_text(assistant[-1]))
 

@@ -1,17 +1,18 @@
 """ThinkParser: reasoning in a ``<think>...</think>`` block, then the answer.
 
-What counts as the answer of a text:
+The rules are 0.1.4's, so an environment tuned there gets the same answers
+and the same format reward here (tests/parity checks them against 0.1.4):
 
-- With a ``</think>``: the text after the **last** ``</think>``. This also
-  covers chat templates that put the opening ``<think>`` into the prompt, so
-  the completion holds only ``reasoning</think>answer``.
-- With a ``<think>`` but no ``</think>``: no answer (None). The model was
-  still thinking when it stopped (usually truncation); scoring candidate
-  answers from unfinished reasoning would reward rambling.
-- With neither tag: the whole text. The model did not use a think block (a
-  non-reasoning model, or thinking disabled); its format reward says so.
-
-In every case surrounding whitespace is stripped before ``extract_fn``.
+- The answer of a text is what follows its **last** ``</think>``, stripped.
+  This also covers chat templates that put the opening ``<think>`` into the
+  prompt, so the completion holds only ``reasoning</think>answer``.
+- A text without ``</think>`` has no answer: ``parse`` gives ``extract_fn("")``.
+  The parser is meant for models that always think; a reply without the closing
+  tag is unfinished (usually truncated) or off-format, and scoring it would
+  reward skipping the format.
+- The format reward of a message is 1.0 when, after leading whitespace, it
+  starts with ``<think>``, holds exactly one ``<think>`` and one ``</think>``,
+  and something (even whitespace) follows the ``</think>``; otherwise 0.0.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verifiers.parsers.parser import Parser, identity, message_field, message_text
+from verifiers.parsers.parser import Parser, identity
 from verifiers.types import Messages
 
 OPEN, CLOSE = "<think>", "</think>"
@@ -32,46 +33,36 @@ class ThinkParser(Parser):
         super().__init__(extract_fn=extract_fn, **kwargs)
 
     @staticmethod
-    def answer_text(text: str) -> str | None:
-        """The raw answer part of ``text`` (see the module docstring), stripped; None if unfinished."""
+    def answer_text(text: str) -> str:
+        """The raw answer part of ``text``: after the last ``</think>``, stripped ("" without one)."""
         end = text.rfind(CLOSE)
-        if end >= 0:
-            return text[end + len(CLOSE) :].strip()
-        if OPEN in text:
-            return None
-        return text.strip()
+        return text[end + len(CLOSE) :].strip() if end >= 0 else ""
 
     def parse(self, text: str) -> Any:
-        """``extract_fn`` of the answer part, or None if the text ends inside a think block."""
-        answer = self.answer_text(text)
-        return None if answer is None else self.extract_fn(answer)
+        """``extract_fn`` of the answer part (see the module docstring)."""
+        return self.extract_fn(self.answer_text(text))
 
     @staticmethod
-    def is_well_formatted(text: str, has_tool_calls: bool = False) -> bool:
-        """Whether ``text`` starts with exactly one think block followed by an answer.
-
-        The answer must be non-empty text, unless the message carries native
-        tool calls, which then are its answer.
-        """
-        body = text.lstrip()
-        if not body.startswith(OPEN) or body.count(OPEN) != 1 or body.count(CLOSE) != 1:
-            return False
-        after = body[body.index(CLOSE) + len(CLOSE) :]
-        return bool(after.strip()) or has_tool_calls
+    def is_well_formatted(text: str) -> bool:
+        """Whether ``text`` is one think block followed by something (see the module docstring)."""
+        return (
+            text.lstrip().startswith(OPEN)
+            and text.count(OPEN) == 1
+            and text.count(CLOSE) == 1
+            and not text.endswith(CLOSE)
+        )
 
     def get_format_reward_func(self) -> Callable[..., float]:
-        """A reward function: the share of assistant messages that are well formatted (0 to 1)."""
+        """A reward function: the share of assistant messages that are well formatted (0 to 1).
+
+        A string completion is judged as one message; a completion without
+        assistant messages scores 0.0 (0.1.4 raised on both).
+        """
 
         def format_reward_func(completion: Messages, **kwargs: Any) -> float:
-            if isinstance(completion, str):
-                return 1.0 if self.is_well_formatted(completion) else 0.0
-            messages = self.get_assistant_messages(completion)
-            if not messages:
+            texts = [completion] if isinstance(completion, str) else self.get_assistant_texts(completion)
+            if not texts:
                 return 0.0
-            good = sum(
-                self.is_well_formatted(message_text(m), bool(message_field(m, "tool_calls")))
-                for m in messages
-            )
-            return good / len(messages)
+            return sum(1.0 for text in texts if self.is_well_formatted(text)) / len(texts)
 
         return format_reward_func

@@ -1,32 +1,37 @@
 """XMLParser: answers written as ``<tag>...</tag>`` blocks.
 
 A field is a tag name, or a tuple of alternative names whose first entry is
-canonical. As in 0.1.x, every name is read on its own: with the field
-``("code", "answer")``, ``parse`` returns both ``.code`` (the ``<code>`` block)
-and ``.answer`` (the ``<answer>`` block), each None when absent, and
+canonical. Every name is read on its own: with the field ``("code",
+"answer")``, ``parse`` returns both ``.code`` (the ``<code>`` block) and
+``.answer`` (the ``<answer>`` block), each None when absent, and
 ``parse_answer`` reads the tag that ``answer_field`` names. ``format`` writes a
-field under its canonical name, whichever name its value is given under; the
-format reward counts a field as present when any of its names is used.
+field under its canonical name, whichever name its value is given under.
 
-Parsing rules, chosen so that a model's mistakes do not corrupt the answer:
+The reading rules are 0.1.4's, so an environment tuned there gets the same
+answers and the same format reward here (tests/parity checks them against
+0.1.4):
 
-- A field's value is the content of its **last complete** block: models often
-  draft an answer and then correct it, and the final block is the one meant.
-- A block's content may not contain another opening tag of the same name, so a
-  tag merely mentioned in the reasoning (``I will put it in <answer> ...``)
-  does not swallow the real block that follows.
-- Unclosed blocks are ignored (a truncated answer is not an answer).
+- A block is ``<tag>``, then the shortest text up to ``</tag>``; whitespace
+  around the content is not part of it. Unclosed blocks are not blocks.
+- ``parse`` takes a tag's **first** block (``last=True``: its last one).
+- ``parse_answer`` of a chat completion reads the first ``answer_field`` block
+  of the latest assistant message that has one; of a string completion, the
+  string's last block.
+- The format reward (see :meth:`XMLParser.format_score`) gives 0.2 to any
+  message, 0.4 times the share of fields present once at least one block is
+  complete, and 0.2 each for starting with a first-field tag and ending with a
+  last-field closing tag.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 from verifiers.errors import ConfigError
-from verifiers.parsers.parser import Parser, identity, message_field, message_text
+from verifiers.parsers.parser import Parser, identity
 from verifiers.types import Messages
 
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
@@ -34,9 +39,9 @@ _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
 
 def _block_pattern(name: str) -> re.Pattern[str]:
     tag = re.escape(name)
-    # Tempered token: the content never contains another `<name>`, so a match
-    # starts at the opening tag closest to its closing tag.
-    return re.compile(rf"<{tag}>((?:(?!<{tag}>).)*?)</{tag}>", re.DOTALL)
+    # Leading and trailing whitespace sit outside the group, as in 0.1.4, so the
+    # content of `<answer>  42  </answer>` is "42" whether or not it is stripped.
+    return re.compile(rf"<{tag}>\s*(.*?)\s*</{tag}>", re.DOTALL)
 
 
 class XMLParser(Parser):
@@ -91,44 +96,52 @@ class XMLParser(Parser):
             pattern = self._patterns[name] = _block_pattern(name)
         return pattern
 
-    def _last_block(self, text: str, names: Iterable[str]) -> str | None:
-        """Content of the complete block, under any of ``names``, that ends last."""
-        best: re.Match[str] | None = None
-        for name in names:
-            for match in self._pattern(name).finditer(text):
-                if best is None or match.end() > best.end():
-                    best = match
-        return None if best is None else best.group(1)
+    def _block(self, text: str, name: str, last: bool = False) -> str | None:
+        """Content of the first (or last) complete ``name`` block of ``text``; None if there is none."""
+        pattern = self._pattern(name)
+        if not last:
+            match = pattern.search(text)
+            return None if match is None else match.group(1)
+        content = None
+        for match in pattern.finditer(text):
+            content = match.group(1)
+        return content
 
-    def parse(self, text: str, strip: bool = True) -> SimpleNamespace:
-        """One attribute per tag name (alternatives included): its last block's content, or None if absent.
+    def parse(self, text: str, strip: bool = True, last: bool = False) -> SimpleNamespace:
+        """One attribute per tag name (alternatives included): its first block's content, or None.
 
-        ``strip`` removes surrounding whitespace from each value.
+        ``last=True`` takes each tag's last block instead; ``strip`` removes
+        surrounding whitespace from each value.
         """
         values: dict[str, str | None] = {}
         for names in self._fields:
             for name in names:
-                content = self._last_block(text, (name,))
-                if content is not None and strip:
-                    content = content.strip()
-                values[name] = content
+                content = self._block(text, name, last)
+                values[name] = content.strip() if content is not None and strip else content
         return SimpleNamespace(**values)
 
     def parse_answer(self, completion: Messages) -> str | None:
-        """``extract_fn`` of the ``answer_field`` tag, from the last assistant message that has one.
+        """``extract_fn`` of the ``answer_field`` tag's content; None when there is none.
 
-        Only the tag that ``answer_field`` names is read, not its field's other
-        names (0.1.x). Earlier messages are searched too because in multi-turn
-        rollouts the final message may be a closing remark after the answer was
-        given. Returns None when no message has the tag.
+        A string is read for its last block. A chat completion is read from
+        its latest assistant message that has a block (in multi-turn rollouts the
+        final message may be a remark after the answer), taking that message's
+        first block. Only the tag ``answer_field`` names is read, and only if it
+        is one of the fields (0.1.4). Unlike 0.1.4, which ignored it,
+        ``extract_fn`` is applied (docs/migrating.md).
         """
-        names = (self.answer_field,)
-        texts = [completion] if isinstance(completion, str) else self.get_assistant_texts(completion)
-        for text in reversed(texts):
-            content = self._last_block(text, names)
-            if content is not None:
-                return self.extract_fn(content.strip())
-        return None
+        name = self.answer_field
+        if name not in self._canonical:
+            return None
+        if isinstance(completion, str):
+            content = self._block(completion, name, last=True)
+        else:
+            content = None
+            for text in reversed(self.get_assistant_texts(completion)):
+                content = self._block(text, name)
+                if content is not None:
+                    break
+        return None if content is None else self.extract_fn(content.strip())
 
     # -- writing ------------------------------------------------------------
 
@@ -172,66 +185,45 @@ class XMLParser(Parser):
     # -- format reward --------------------------------------------------------
 
     def format_score(self, text: str) -> float:
-        """How well one piece of text uses the fields, from 0 to 1.
+        """How well one message uses the fields, from 0.2 to 1 (0.1.4's weights).
 
-        The mean of three parts: the share of fields present, the share of
-        present fields written exactly once with balanced tags, and the share
-        of non-whitespace characters that lie inside a block. Text with no
-        field at all scores 0.
+        - 0.2 for every message (0.1.4 also awarded this "spacing" part, which
+          its rules could not fail);
+        - 0.4 times the share of fields whose tag appears (a complete block, or
+          a lone opening or closing tag), but only once some field has a
+          complete block;
+        - 0.2 if the text, stripped, starts with an opening tag of the first field;
+        - 0.2 if it ends with a closing tag of the last field.
         """
-        spans: list[tuple[int, int]] = []
-        present = well_formed = 0
-        for names in self._fields:
-            blocks = [m.span() for name in names for m in self._pattern(name).finditer(text)]
-            if not blocks:
-                continue
-            present += 1
-            opens = sum(text.count(f"<{name}>") for name in names)
-            closes = sum(text.count(f"</{name}>") for name in names)
-            if len(blocks) == 1 and opens == 1 and closes == 1:
-                well_formed += 1
-            spans.extend(blocks)
-        if present == 0:
-            return 0.0
-        total = _visible_chars(text, [(0, len(text))])
-        inside = _visible_chars(text, _merge(spans))
-        coverage = present / len(self._fields)
-        return (coverage + well_formed / present + inside / max(total, 1)) / 3
+        # Summed in 0.1.4's order, so the floats are identical, not just close.
+        score = 0.0
+        complete = any(self._block(text, name) is not None for names in self._fields for name in names)
+        if complete:
+            present = sum(
+                1
+                for names in self._fields
+                if any(f"<{name}>" in text or f"</{name}>" in text for name in names)
+            )
+            score += 0.4 * (present / len(self._fields))
+        score += 0.2
+        body = text.strip()
+        if any(body.startswith(f"<{name}>") for name in self._fields[0]):
+            score += 0.2
+        if any(body.endswith(f"</{name}>") for name in self._fields[-1]):
+            score += 0.2
+        return score
 
     def get_format_reward_func(self) -> Callable[..., float]:
         """A reward function: the mean ``format_score`` over assistant messages.
 
-        Assistant messages that only make native tool calls (no text) are not
-        judged. A completion with nothing to judge scores 0.
+        A string completion is judged as one message (0.1.4 raised); a
+        completion without assistant messages scores 0.0.
         """
 
         def format_reward_func(completion: Messages, **kwargs: Any) -> float:
-            if isinstance(completion, str):
-                texts = [completion]
-            else:
-                texts = [
-                    message_text(m)
-                    for m in self.get_assistant_messages(completion)
-                    if message_text(m).strip() or not message_field(m, "tool_calls")
-                ]
+            texts = [completion] if isinstance(completion, str) else self.get_assistant_texts(completion)
             if not texts:
                 return 0.0
             return sum(self.format_score(t) for t in texts) / len(texts)
 
         return format_reward_func
-
-
-def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Union of possibly overlapping ``(start, end)`` spans, sorted."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _visible_chars(text: str, spans: list[tuple[int, int]]) -> int:
-    """Number of non-whitespace characters of ``text`` inside ``spans``."""
-    return sum(len("".join(text[start:end].split())) for start, end in spans)

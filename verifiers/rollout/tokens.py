@@ -169,6 +169,134 @@ def _per_turn(turns: list[TurnTokens]) -> list[_Sample]:
 
 
 # ---------------------------------------------------------------------------
+# 0.1.4-style states: token ids in the vLLM responses, no turn_tokens
+
+
+def response_token_ids(response: Any) -> list[int] | None:
+    """The sampled token ids of a vLLM response (``token_id:N`` tokens, as vLLM returns them with
+    ``return_tokens_as_token_ids``); None if it has none."""
+    choices = _field(response, "choices")
+    if not choices:
+        return None
+    logprobs = _field(choices[0], "logprobs")
+    if logprobs is None:
+        return None
+    content = _field(logprobs, "content")
+    if content is not None:  # chat completion
+        tokens = [_field(t, "token") for t in content]
+    else:  # text completion
+        tokens = _field(logprobs, "tokens")
+    if tokens is None or not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        return None
+    return [int(t.split(":")[-1]) for t in tokens]
+
+
+def response_logprobs(response: Any) -> list[float]:
+    """The sampling log-probs of a vLLM response, aligned with :func:`response_token_ids`."""
+    logprobs = _field(_field(response, "choices")[0], "logprobs")
+    content = _field(logprobs, "content")
+    if content is not None:
+        return [float(_field(t, "logprob")) for t in content]
+    return [float(lp) for lp in _field(logprobs, "token_logprobs")]
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+def turns_from_responses(
+    prompt: Any, completion: Any, state: State, processing_class: Any
+) -> list[TurnTokens] | None:
+    """``TurnTokens`` for a rollout whose state holds vLLM responses with token ids but no
+    ``turn_tokens`` (how 0.1.4 environments kept them); None if a response has no token ids.
+
+    The tokens are 0.1.4's: the prompt rendered with the generation prompt, each
+    assistant turn's sampled tokens, and each run of environment messages as
+    the tokens by which the chat template of the messages so far (without a
+    generation prompt) grows when they are added. For the completion API
+    (``state["responses_start_idx"]`` gives where each response's text starts),
+    the environment text is what the tokenizer adds to the text so far. Each
+    turn's ``prompt_ids`` is everything before it, so :func:`process_rollouts`
+    assembles the sample 0.1.4 did. A trailing run of environment messages
+    becomes a last turn without completion tokens.
+    """
+    responses = list(state.get("responses") or [])
+    ids = [response_token_ids(r) for r in responses]
+    if not responses or any(i is None for i in ids):
+        return None
+    tokenizer = getattr(processing_class, "tokenizer", processing_class)
+    turns: list[TurnTokens] = []
+    context: list[int] = []
+
+    def model_turn(k: int) -> None:
+        turns.append(TurnTokens(list(context), ids[k], response_logprobs(responses[k])))
+        context.extend(ids[k])
+
+    def env_turn(before: list[int], after: list[int]) -> None:
+        if after[: len(before)] != before:
+            raise ConfigError(
+                "the chat template does not extend a rollout's tokens when environment messages are added",
+                hint="store TurnTokens in state['turn_tokens'] (verifiers' own rollouts do)",
+            )
+        if not turns:  # environment text before the first model turn belongs to the completion
+            turns.append(TurnTokens(list(context), [], []))
+        context.extend(after[len(before) :])
+        if k_turn[0] < len(responses):
+            return
+        turns.append(TurnTokens(list(context), [], []))  # trailing environment text
+
+    k_turn = [0]
+    if isinstance(completion, str):
+        starts = list(state.get("responses_start_idx") or [])
+        if len(starts) != len(responses):
+            return None
+        context.extend(_to_ids(tokenizer.encode(prompt)))
+        consumed, idx = prompt, 0
+        for k, (response, start) in enumerate(zip(responses, starts, strict=True)):
+            if start > idx:
+                text = completion[idx:start]
+                env_turn(_to_ids(tokenizer.encode(consumed)), _to_ids(tokenizer.encode(consumed + text)))
+                consumed += text
+            model_turn(k)
+            k_turn[0] = k + 1
+            text = _field(_field(response, "choices")[0], "text") or ""
+            consumed += text
+            idx = start + len(text)
+        if idx < len(completion):
+            text = completion[idx:]
+            env_turn(_to_ids(tokenizer.encode(consumed)), _to_ids(tokenizer.encode(consumed + text)))
+        return turns
+
+    def template(messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+        return _to_ids(
+            processing_class.apply_chat_template(
+                messages, add_generation_prompt=generation_prompt, tokenize=True
+            )
+        )
+
+    consumed = [_plain_message(m) for m in prompt]
+    context.extend(template(consumed, True))
+    messages = [_plain_message(m) for m in completion]
+    i = 0
+    while i < len(messages):
+        if messages[i].get("role") == "assistant":
+            if k_turn[0] >= len(responses):
+                return None  # more assistant messages than responses
+            model_turn(k_turn[0])
+            k_turn[0] += 1
+            consumed.append(messages[i])
+            i += 1
+            continue
+        j = i
+        while j < len(messages) and messages[j].get("role") != "assistant":
+            j += 1
+        env_turn(template(consumed, False), template(consumed + messages[i:j], False))
+        consumed += messages[i:j]
+        i = j
+    return turns if k_turn[0] == len(responses) else None
+
+
+# ---------------------------------------------------------------------------
 # fallback: retokenize with the chat template
 
 

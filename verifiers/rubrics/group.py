@@ -14,14 +14,15 @@ from typing import Any
 
 from verifiers.errors import ConfigError
 from verifiers.rubrics.rubric import Rubric, finite_or_zero
-from verifiers.types import RewardFunc, RolloutScore, RolloutScores
+from verifiers.types import Info, Messages, RewardFunc, RolloutScore, RolloutScores, State
 
 
 class RubricGroup(Rubric):
     """Scores with every rubric in ``rubrics`` and sums the results.
 
-    Functions added to the group itself (``add_reward_func``) are scored as
-    one more member, after the given rubrics.
+    Functions added to the group (``add_reward_func``, or ``funcs=``) join
+    the first member rubric, as ``add_reward_func`` did in 0.1.4 (0.1.4
+    ignored ``funcs=`` given to the group; see docs/migrating.md).
     """
 
     def __init__(self, rubrics: Sequence[Rubric], **kwargs: Any):
@@ -32,26 +33,44 @@ class RubricGroup(Rubric):
             if not isinstance(rubric, Rubric):
                 raise ConfigError(f"RubricGroup member {rubric!r} is not a Rubric", "pass Rubric objects")
         kwargs.setdefault("parser", rubrics[0].parser)
+        self.rubrics = rubrics  # before Rubric.__init__, which adds funcs= through add_reward_func
         super().__init__(**kwargs)
-        self.rubrics = rubrics
+
+    def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
+        """Add a reward function to the first member rubric (0.1.4)."""
+        self.rubrics[0].add_reward_func(func, weight)
+
+    def add_class_object(self, name: str, obj: Any) -> None:
+        """Give ``obj`` to the first member rubric's functions (as upstream 0.1.8+ does)."""
+        self.rubrics[0].add_class_object(name, obj)
+
+    def has_group_funcs(self) -> bool:
+        return any(rubric.has_group_funcs() for rubric in self.rubrics)
 
     def get_reward_func_names(self) -> list[str]:
-        names = [name for rubric in self.rubrics for name in rubric.get_reward_func_names()]
-        return names + super().get_reward_func_names()
+        return [name for rubric in self.rubrics for name in rubric.get_reward_func_names()]
 
     def get_reward_funcs(self) -> list[RewardFunc]:
-        funcs = [func for rubric in self.rubrics for func in rubric.get_reward_funcs()]
-        return funcs + super().get_reward_funcs()
+        return [func for rubric in self.rubrics for func in rubric.get_reward_funcs()]
 
     def get_reward_weights(self) -> list[float]:
-        weights = [weight for rubric in self.rubrics for weight in rubric.get_reward_weights()]
-        return weights + super().get_reward_weights()
+        return [weight for rubric in self.rubrics for weight in rubric.get_reward_weights()]
 
-    async def score_rollout(self, *args: Any, **kwargs: Any) -> RolloutScore:
-        """Score one rollout with every member (arguments as ``Rubric.score_rollout``) and sum."""
-        parts = [await rubric.score_rollout(*args, **kwargs) for rubric in self.rubrics]
-        if self._specs:
-            parts.append(await super().score_rollout(*args, **kwargs))
+    async def score_rollout(
+        self,
+        prompt: Messages,
+        completion: Messages,
+        answer: Any,
+        state: State,
+        task: str = "default",
+        info: Info | None = None,
+        **kwargs: Any,
+    ) -> RolloutScore:
+        """Score one rollout with every member, in order, and sum rewards and same-named metrics."""
+        parts = [
+            await rubric.score_rollout(prompt, completion, answer, state, task, info, **kwargs)
+            for rubric in self.rubrics
+        ]
         metrics: dict[str, float] = {}
         for part in parts:
             for name, value in part.metrics.items():
@@ -61,18 +80,24 @@ class RubricGroup(Rubric):
 
     async def score_rollouts(self, *args: Any, **kwargs: Any) -> RolloutScores:
         """Score many rollouts with every member (arguments as ``Rubric.score_rollouts``) and sum."""
-        parts = [await rubric.score_rollouts(*args, **kwargs) for rubric in self.rubrics]
-        if self._specs:
-            parts.append(await super().score_rollouts(*args, **kwargs))
-        n = len(parts[0].reward)
-        reward = [0.0] * n
-        metrics: dict[str, list[float]] = {}
-        for part in parts:
-            reward = [a + b for a, b in zip(reward, part.reward, strict=True)]
-            for name, values in part.metrics.items():
-                total = metrics.get(name, [0.0] * n)
-                metrics[name] = [a + b for a, b in zip(total, values, strict=True)]
-        return RolloutScores(
-            reward=[finite_or_zero(r) for r in reward],
-            metrics={k: [finite_or_zero(v) for v in vs] for k, vs in metrics.items()},
-        )
+        return _sum_parts([await rubric.score_rollouts(*args, **kwargs) for rubric in self.rubrics])
+
+    async def _group_scores(self, states: list[State], extra: dict[str, Any]) -> RolloutScores:
+        """One group scored by every member, in order, summed (``score_group`` writes the states)."""
+        return _sum_parts([await rubric._group_scores(states, extra) for rubric in self.rubrics])
+
+
+def _sum_parts(parts: list[RolloutScores]) -> RolloutScores:
+    """Rewards and same-named metrics of the members' scores, added up."""
+    n = len(parts[0].reward)
+    reward = [0.0] * n
+    metrics: dict[str, list[float]] = {}
+    for part in parts:
+        reward = [a + b for a, b in zip(reward, part.reward, strict=True)]
+        for name, values in part.metrics.items():
+            total = metrics.get(name, [0.0] * n)
+            metrics[name] = [a + b for a, b in zip(total, values, strict=True)]
+    return RolloutScores(
+        reward=[finite_or_zero(r) for r in reward],
+        metrics={k: [finite_or_zero(v) for v in vs] for k, vs in metrics.items()},
+    )

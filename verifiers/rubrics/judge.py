@@ -31,26 +31,45 @@ from verifiers.rubrics.rubric import Rubric
 from verifiers.types import Info, Messages, RewardFunc, SamplingArgs, State
 from verifiers.utils.async_utils import is_async_callable
 
-DEFAULT_JUDGE_PROMPT = """You are grading a response against a reference answer.
+# The text 0.1.4 sent, word for word: a judge's verdict depends on the prompt,
+# so a different default would change the rewards of every rubric that uses it.
+DEFAULT_JUDGE_PROMPT = """Given a ground truth answer \
+and a response, determine if the response is correct.
 
 Question:
+```
 {question}
+```
 
-Reference answer:
+Ground truth answer:
+```
 {answer}
+```
 
 Response:
+```
 {response}
+```
 
-Does the response give the same final answer as the reference answer? Reply with "yes" or "no" only."""
+Respond either "yes" or "no" only."""
 
 
 def question_text(prompt: Messages) -> str:
-    """The question of a prompt: the string itself, or the last user message's text."""
+    """The question of a prompt: the string itself, or the text of its last message (0.1.4)."""
     if isinstance(prompt, str):
         return prompt
-    users = [m for m in prompt if message_field(m, "role") == "user"]
-    return message_text(users[-1]) if users else ""
+    if not prompt or message_field(prompt[-1], "content") is None:
+        return ""
+    return message_text(prompt[-1])
+
+
+def judge_request_args(sampling_args: SamplingArgs | None) -> dict[str, Any]:
+    """``judge_sampling_args`` as chat-completion arguments: None values dropped, and
+    ``max_tokens`` sent as ``max_completion_tokens`` (the chat API's name), as in 0.1.4."""
+    args = {k: v for k, v in (sampling_args or {}).items() if v is not None}
+    if "max_tokens" in args:
+        args["max_completion_tokens"] = args.pop("max_tokens")
+    return args
 
 
 def reply_text(response: Any) -> str:
@@ -66,6 +85,9 @@ class JudgeRubric(Rubric):
     """A rubric whose reward functions can call an LLM judge.
 
     Args:
+        parser: extracts the response from a completion (``parse_answer``).
+        parallelize_scoring: as for ``Rubric``; False by default (0.1.4), so a
+            batch's judge calls go out one rollout at a time.
         judge_client: an OpenAI-compatible client, async (``AsyncOpenAI``) or
             sync (``OpenAI``; its calls run in a thread). Default: an
             ``AsyncOpenAI()`` created at the first judge call, so a rubric can
@@ -74,25 +96,38 @@ class JudgeRubric(Rubric):
         judge_prompt: a ``str.format`` template with ``{question}``,
             ``{answer}`` and ``{response}`` (write literal braces as ``{{ }}``).
         judge_sampling_args: extra arguments for ``chat.completions.create``
-            (e.g. ``temperature``, ``max_tokens``; non-OpenAI ones go under
-            ``extra_body``). None values are left out.
-        parser: extracts the response from a completion (``parse_answer``).
+            (e.g. ``temperature``, ``max_tokens``, sent as
+            ``max_completion_tokens``; non-OpenAI ones go under ``extra_body``).
+            None values are left out.
+
+    The positional order of the arguments is 0.1.4's. Reward functions may
+    also take ``judge_client``, ``judge_model``, ``judge_prompt`` and
+    ``judge_sampling_args``.
     """
 
-    reward_arg_names = Rubric.reward_arg_names + ("judge",)
+    reward_arg_names = Rubric.reward_arg_names + (
+        "judge",
+        "judge_client",
+        "judge_model",
+        "judge_prompt",
+        "judge_sampling_args",
+    )
 
     def __init__(
         self,
+        parser: Parser | None = None,
+        parallelize_scoring: bool = False,
         judge_client: Any | None = None,
         judge_model: str = "gpt-4.1-nano",
-        judge_prompt: str = DEFAULT_JUDGE_PROMPT,
         judge_sampling_args: SamplingArgs | None = None,
-        parser: Parser | None = None,
+        judge_prompt: str = DEFAULT_JUDGE_PROMPT,
         funcs: Sequence[RewardFunc] | None = None,
         weights: Sequence[float] | None = None,
         **kwargs: Any,
     ):
-        super().__init__(funcs=funcs, weights=weights, parser=parser, **kwargs)
+        super().__init__(
+            funcs=funcs, weights=weights, parser=parser, parallelize_scoring=parallelize_scoring, **kwargs
+        )
         try:
             judge_prompt.format(question="", answer="", response="")
         except (KeyError, IndexError, ValueError, AttributeError) as e:
@@ -123,18 +158,28 @@ class JudgeRubric(Rubric):
     ) -> dict[str, Any]:
         args = super()._reward_func_args(prompt, completion, answer, state, task, info)
         args["judge"] = self.judge
+        args["judge_client"] = self._client_for_args()
+        args["judge_model"] = self.judge_model
+        args["judge_prompt"] = self.judge_prompt
+        args["judge_sampling_args"] = self.judge_sampling_args
         return args
+
+    def _client_for_args(self) -> Any:
+        # The default client is made lazily (it needs OPENAI_API_KEY): a reward
+        # function gets None rather than scoring failing for everyone.
+        try:
+            return self.judge_client
+        except Exception:
+            return None
 
     async def judge(
         self, prompt: Messages, completion: Messages, answer: Any, state: State | None = None, **kwargs: Any
     ) -> str:
         """Ask the judge model about this rollout and return its reply (cached in ``state``)."""
+        # As in 0.1.4, a missing answer or response is written as "None": the
+        # prompt, and so the verdict, stay the same as there.
         response = self.parser.parse_answer(completion)
-        text = self.judge_prompt.format(
-            question=question_text(prompt),
-            answer="" if answer is None else answer,
-            response="" if response is None else response,
-        )
+        text = self.judge_prompt.format(question=question_text(prompt), answer=answer, response=response)
         cache = state.get("judge_response") if state is not None else None
         if not isinstance(cache, dict):
             cache = {}
@@ -148,7 +193,7 @@ class JudgeRubric(Rubric):
 
     async def _ask(self, text: str) -> str:
         create = self.judge_client.chat.completions.create
-        kwargs = {k: v for k, v in self.judge_sampling_args.items() if v is not None}
+        kwargs = judge_request_args(self.judge_sampling_args)
         kwargs["model"] = self.judge_model
         kwargs["messages"] = [{"role": "user", "content": text}]
         if is_async_callable(create):  # AsyncOpenAI (its method wraps an async def)

@@ -111,9 +111,10 @@ async def run_with_time_limit(seconds: float, fn: Callable[..., Any], *args: Any
 
 
 def _as_boxed(text: str) -> str:
-    # math-verify's LaTeX extraction looks for a boxed or $-delimited answer;
-    # bare answers ("1/2", "0.5") are boxed so both sides are read the same way.
-    return text if "\\boxed" in text else f"\\boxed{{{text}}}"
+    # math-verify's LaTeX extraction looks for a boxed or $-delimited answer, so
+    # both sides are boxed and read the same way. Always, as 0.1.4 did: an
+    # answer that is itself boxed is read from the inner box either way.
+    return f"\\boxed{{{text}}}"
 
 
 def verify_answer(answer: str, response: str) -> bool:
@@ -183,7 +184,10 @@ class MathRubric(Rubric):
 
     async def correct_answer_reward_func(self, completion: Messages, answer: Any, **kwargs: Any) -> float:
         """1.0 if the parsed response is mathematically equal to ``answer``, else 0.0."""
-        response = self.parser.parse_answer(completion)
+        try:
+            response = self.parser.parse_answer(completion) or ""
+        except Exception:  # 0.1.4: a completion the parser cannot read scores 0.0
+            return 0.0
         if not response or answer is None or str(answer).strip() == "":
             return 0.0
         return 1.0 if await self.verify(str(answer), str(response)) else 0.0

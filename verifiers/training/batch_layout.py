@@ -11,9 +11,16 @@ P = number of training processes.
   ``generation_batch_size = per_device_train_batch_size × P × steps_per_generation``
   samples, i.e. ``generation_batch_size / num_generations`` prompts. Give at most
   one of the two; by default ``steps_per_generation = gradient_accumulation_steps``
-  (one generation batch per optimizer step). ``steps_per_generation`` counts
-  micro-steps and must be a multiple of ``gradient_accumulation_steps``, so a
-  generation batch is a whole number of optimizer steps.
+  (one generation batch per optimizer step). As in TRL and verifiers 0.1.x, a
+  generation batch may cover more micro-steps than an optimizer step (a whole
+  number of optimizer steps: ``steps_per_generation`` a multiple of
+  ``gradient_accumulation_steps``) or fewer (a whole fraction of one:
+  ``gradient_accumulation_steps`` a multiple of ``steps_per_generation``). In the
+  second case one optimizer step is generated in ``rounds = gradient_accumulation_steps
+  / steps_per_generation`` generation batches, one after the other, all from the
+  same weights (nothing is synced within a step): ``generation_batch_size`` then
+  bounds how many rollouts are generated at once, e.g. to spare the server's memory.
+  :func:`generation_plan` says what the trainer fetches per optimizer step.
 
 ``RLConfig`` and the ``vf-rl`` TOML count the same thing in rollouts:
 ``rollouts_per_example`` is ``num_generations``, ``micro_batch_size`` is
@@ -26,6 +33,7 @@ P = number of training processes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from verifiers.training.config_rules import at_least, fail
 
@@ -74,23 +82,80 @@ def resolve_batch_layout(
             f"{per_micro_step * steps_per_generation})",
             "set only one; the other follows from it",
         )
+
+    def fits(steps: int) -> bool:  # a whole number of optimizer steps, or a whole fraction of one
+        return steps >= 1 and (
+            steps % gradient_accumulation_steps == 0 or gradient_accumulation_steps % steps == 0
+        )
+
     if generation_batch_size is not None:
-        if generation_batch_size < 1 or generation_batch_size % step_batch != 0:
+        whole = generation_batch_size >= 1 and generation_batch_size % per_micro_step == 0
+        if not (whole and fits(generation_batch_size // per_micro_step)):
             fail(
-                f"generation_batch_size={generation_batch_size} is not a positive multiple of the global batch "
-                f"per optimizer step ({step_batch})",
-                f"use a multiple of {step_batch}",
+                f"generation_batch_size={generation_batch_size} is neither a multiple nor a whole fraction of "
+                f"the global batch per optimizer step ({step_batch}) in micro-steps of "
+                f"per_device_train_batch_size × processes = {per_micro_step}",
+                f"use one of {_sizes(per_micro_step, gradient_accumulation_steps)}, or a multiple of {step_batch}",
             )
         steps_per_generation = generation_batch_size // per_micro_step
     elif steps_per_generation is None:
         steps_per_generation = gradient_accumulation_steps
-    elif steps_per_generation < 1 or steps_per_generation % gradient_accumulation_steps != 0:
+    elif not fits(steps_per_generation):
         fail(
-            f"steps_per_generation={steps_per_generation} is not a positive multiple of "
+            f"steps_per_generation={steps_per_generation} is neither a multiple nor a divisor of "
             f"gradient_accumulation_steps={gradient_accumulation_steps}",
-            "a generation batch must be a whole number of optimizer steps",
+            "a generation batch must be a whole number of optimizer steps, or a whole fraction of one",
+        )
+    if (per_micro_step * steps_per_generation) % num_generations != 0:
+        fail(
+            f"a generation batch of {per_micro_step * steps_per_generation} samples (per_device_train_batch_size"
+            f" × processes × steps_per_generation) does not hold whole groups of num_generations={num_generations}",
+            f"make the generation batch a multiple of {num_generations}",
         )
     return per_micro_step * steps_per_generation, steps_per_generation
+
+
+def _sizes(per_micro_step: int, gradient_accumulation_steps: int) -> str:
+    """The generation batch sizes up to one optimizer step's, for an error message."""
+    steps = [d for d in range(1, gradient_accumulation_steps + 1) if gradient_accumulation_steps % d == 0]
+    return ", ".join(str(per_micro_step * d) for d in steps)
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """What the trainer fetches from the generator at a time (a *trained batch*).
+
+    ``rounds``: generation batches generated one after the other for it (> 1 only when a
+    generation batch is smaller than an optimizer step); ``micro_steps``: micro-steps
+    trained on it per pass, ``max(steps_per_generation, gradient_accumulation_steps)``;
+    ``samples``: its size, ``generation_batch_size × rounds``.
+    """
+
+    rounds: int
+    micro_steps: int
+    samples: int
+
+
+def generation_plan(
+    generation_batch_size: int, steps_per_generation: int, gradient_accumulation_steps: int
+) -> GenerationPlan:
+    """The trained batch for a resolved layout (see :class:`GenerationPlan`).
+
+    Worked example (the guide's): ``per_device_train_batch_size=8``, one process,
+    ``gradient_accumulation_steps=4``, ``generation_batch_size=16`` gives
+    ``steps_per_generation=2``: each optimizer step (32 samples) is generated in
+    2 rounds of 16, so ``GenerationPlan(rounds=2, micro_steps=4, samples=32)``.
+    """
+    rounds = max(1, gradient_accumulation_steps // steps_per_generation)
+    micro_steps = max(steps_per_generation, gradient_accumulation_steps)
+    return GenerationPlan(rounds=rounds, micro_steps=micro_steps, samples=generation_batch_size * rounds)
+
+
+def plan_of(args: Any) -> GenerationPlan:
+    """:func:`generation_plan` of a resolved ``GRPOConfig``."""
+    return generation_plan(
+        args.generation_batch_size, args.steps_per_generation, args.gradient_accumulation_steps
+    )
 
 
 def rollout_layout(

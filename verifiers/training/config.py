@@ -99,8 +99,12 @@ class GRPOConfig(TrainingArguments):
     max_seq_len: int = _f(2048, "Longest prompt + completion in tokens per sample.")
     max_tokens: int | None = _f(None, "Most tokens the model may generate per turn; None: up to max_seq_len.")
     max_completion_length: int | None = _f(
-        None, "The TRL / verifiers 0.1.x name of max_tokens (per turn); set one, or both to the same value."
+        None,
+        "Most completion tokens of a whole rollout (every turn, environment replies included); a "
+        "rollout that reaches it is stopped and trained as truncated. Single-turn: the same as "
+        "max_tokens. None: only max_seq_len bounds it.",
     )
+    stop: list[str] | None = _f(None, "Strings that end a turn (sent to the server); None: none.")
 
     # Sampling (passed to the inference server).
     temperature: float = _f(1.0, "Sampling temperature (> 0).")
@@ -323,19 +327,22 @@ class GRPOConfig(TrainingArguments):
                 self.deepspeed_plugin.set_mixed_precision(precision)
 
     def _derive_fields(self) -> None:
-        """``max_tokens`` / ``max_completion_length``, ``max_prompt_length``, ``epsilon_high`` from the given values."""
+        """``max_prompt_length``, ``epsilon_high``, ``ddp_timeout`` from the given values.
+
+        ``max_tokens`` (per turn) and ``max_completion_length`` (the whole rollout) are two
+        limits, kept as given: the first turn may use at most the smaller of the two.
+        """
         given = self.__dict__["_given"]
         tokens, completion = given["max_tokens"], given["max_completion_length"]
-        if tokens is not None and completion is not None and tokens != completion:
-            fail(
-                f"max_tokens={tokens} and max_completion_length={completion} disagree",
-                "they are the same per-turn limit under two names: set one of them",
-            )
-        if tokens is None and completion is not None:
-            at_least("max_completion_length", completion, 1, "or None (max_tokens) for no per-turn limit")
-        per_turn = tokens if tokens is not None else completion
-        self._store("max_tokens", per_turn)
-        self._store("max_completion_length", per_turn)
+        if completion is not None:
+            at_least("max_completion_length", completion, 1, "or None for no cap on a rollout's completion")
+        self._store("max_tokens", tokens)
+        self._store("max_completion_length", completion)
+        if self.stop is not None:
+            if isinstance(self.stop, str):  # one string, as OpenAI's API also takes it
+                self._store("stop", [self.stop])
+            elif not all(isinstance(s, str) and s for s in self.stop):
+                fail(f"stop={self.stop!r} must be a list of non-empty strings", 'e.g. stop = ["</answer>"]')
         prompt = given["max_prompt_length"]
         if prompt is None and isinstance(self.max_seq_len, int):  # a bad max_seq_len fails validation
             prompt = default_max_prompt_length(self.max_seq_len)

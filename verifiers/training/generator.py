@@ -119,7 +119,8 @@ class BatchGenerator:
     ``run(coro)`` runs any coroutine (e.g. an evaluation) in the same loop, so one
     async HTTP client serves both. To resume, pass ``start_index`` (batches trained),
     ``next_index`` (first batch never generated) and the ``pending`` batches from
-    ``state_dict()``.
+    ``state_dict()``. With ``total`` (the batches the run will train), batch ``total``
+    and later ones are never started: nothing is generated past the last step.
 
     Each attempt at a batch may take ``timeout`` seconds; a batch is attempted
     ``1 + max_retries`` times before its timeout is an error. ``server`` (an
@@ -141,8 +142,10 @@ class BatchGenerator:
         max_retries: int = 2,
         server: Any = None,
         server_timeout: float = 300.0,
+        total: int | None = None,
     ):
         self.producer = producer
+        self.total = total
         self.queue = BatchQueue.resume(num_batches_ahead, max_queue_size, start_index, next_index, pending)
         self.ahead = num_batches_ahead
         self.timeout = timeout
@@ -334,6 +337,8 @@ class BatchGenerator:
                 if self._stopping:
                     return
                 index = self.queue.next_to_start()
+                if index is not None and self.total is not None and index >= self.total:
+                    index = None  # past the run's last batch: never generated
                 if index is not None:
                     self.queue.start(index, self._producer_state())
             if index is None:
@@ -419,17 +424,24 @@ def build_generator(
     *,
     trained: int,
     state: dict[str, Any] | None = None,
+    total: int | None = None,
 ) -> BatchGenerator:
     """A started ``BatchGenerator`` for a ``GRPOConfig``; ``state`` (from a checkpoint) resumes it.
 
     Without a saved state the prompt cursor is estimated from the batches trained
     (exact unless difficulty filtering drew extra prompts). How far ahead it runs is
     ``cpu_phases``' choice (cpu_phases.py): 0 when the server shares the trainer's CPU.
+    A batch is one optimizer step or more (``batch_layout.generation_plan``); a step larger
+    than ``generation_batch_size`` is generated in rounds of that size. ``total``: the
+    batches the run trains (none is generated past them).
     """
+    from verifiers.training.batch_layout import plan_of
+
     ahead = choose_phases(args, client).num_batches_ahead
     if state and state["pending"]:  # resumed with batches generated further ahead: they stay valid
         ahead = max(ahead, *(b.index - b.policy_version for b in state["pending"]))
-    prompts = args.generation_batch_size // args.num_generations
+    plan = plan_of(args)
+    prompts = plan.samples // args.num_generations
     cursor = state["producer"]["cursor"] if state else trained * prompts
     producer = RolloutProducer(
         env,
@@ -438,6 +450,7 @@ def build_generator(
         dataset,
         PromptStream(len(dataset), seed=args.seed, shuffle=args.shuffle_dataset, cursor=cursor),
         num_prompts=prompts,
+        chunk_prompts=args.generation_batch_size // args.num_generations,
         num_generations=args.num_generations,
         sampling_args=sampling_args_from_config(args),
         max_concurrent=args.max_concurrent,
@@ -456,4 +469,5 @@ def build_generator(
         pending=state["pending"] if state else (),
         server=client if callable(getattr(client, "ping", None)) else None,
         server_timeout=args.vllm_server_timeout,
+        total=total,
     ).start()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifiers.envs.model_client import client_url
-from verifiers.errors import GenerationError, ServerUnreachableError
+from verifiers.errors import ConfigError, GenerationError, ServerUnreachableError
 from verifiers.rollout.failure import FailureKind, failure_of
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
@@ -46,6 +46,9 @@ logger = logging.getLogger("verifiers.training.producer")
 # small and picklable (raw responses and per-turn tokens are dropped once the token
 # data is built, so pending batches can be saved with a checkpoint).
 LEAN_STATE_KEYS = ("is_truncated", "error", "failure", "timing", "turn", "reward_errors", "tool_timeouts")
+
+# process_rollouts' count of truncated samples in ProcessedOutputs.metrics (rollout/tokens.py).
+TRUNCATED_COUNT = "truncated"
 
 # Set on a row read through PromptTruncation whose prompt was cut (never passed to the env).
 PROMPT_TRUNCATED_KEY = "_vf_prompt_truncated"
@@ -118,6 +121,50 @@ class PromptTruncation:
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def _tools(self, row: dict[str, Any]) -> list[dict] | None:
+        info = row.get("info") or {}
+        if isinstance(info, str):
+            info = json.loads(info) if info.strip() else {}
+        tools_for = getattr(self.env, "tools_for", None)
+        return tools_for(info) if callable(tools_for) else None
+
+    def check_fits(self, rows: int = 1) -> None:
+        """Refuse, before any batch, a ``max_prompt_length`` that no prompt can fit.
+
+        Cutting a prompt can shorten its text to nothing, but not the chat template's own
+        tokens nor the tool schemas rendered with it: when those alone (the first ``rows``
+        rows' message layout with every text emptied) exceed ``max_prompt_length``, every
+        batch would fail. Raises ``ConfigError`` naming both sizes and the fix.
+        """
+        from verifiers.rollout.tokens import prompt_length
+
+        for index in range(min(rows, len(self.dataset))):
+            row = dict(self.dataset[index])
+            prompt = row.get("prompt")
+            if not isinstance(prompt, list) or not prompt:
+                continue  # a text prompt can be cut to nothing
+            # What truncate_prompt can reach at best: the system prompt(s) and the last message, emptied.
+            kept = [m for m in prompt[:-1] if m.get("role") == "system"] + [prompt[-1]]
+            floor = [{"role": m.get("role", "user"), "content": ""} for m in kept]
+            tools = self._tools(row)
+            try:
+                n = prompt_length(floor, self.processing_class, tools)
+                if n <= self.max_prompt_length:
+                    continue
+                bare = prompt_length(floor, self.processing_class) if tools else n
+            except ConfigError:
+                raise
+            except Exception as err:  # noqa: BLE001 - no usable template here: the first batch says why
+                logger.debug("prompt length check skipped: %s", err)
+                return
+            schema = f" of which the {len(tools)} tool schema(s) take {n - bare}" if tools else ""
+            raise ConfigError(
+                f"max_prompt_length={self.max_prompt_length} cannot fit any prompt: the chat template "
+                f"alone takes {n} tokens{schema}",
+                hint=f"raise max_prompt_length (and max_seq_len) above {n} plus the prompt text, "
+                "or give the environment fewer or shorter tools",
+            )
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         from verifiers.rollout.tokens import truncate_prompt
@@ -216,6 +263,7 @@ class RolloutProducer:
         *,
         num_prompts: int,
         num_generations: int,
+        chunk_prompts: int | None = None,
         sampling_args: dict[str, Any] | None = None,
         max_concurrent: int = -1,
         process: Callable[[GenerateOutputs], ProcessedOutputs | None] | None = None,
@@ -225,6 +273,7 @@ class RolloutProducer:
     ):
         self.env, self.client, self.model, self.dataset, self.stream = env, client, model, dataset, stream
         self.num_prompts, self.num_generations = num_prompts, num_generations
+        self.chunk_prompts = chunk_prompts if chunk_prompts and chunk_prompts > 0 else None
         self.sampling_args = dict(sampling_args or {})
         self.max_concurrent = max_concurrent
         self.process, self.keep_groups, self.max_filter_rounds = process, keep_groups, max_filter_rounds
@@ -237,7 +286,17 @@ class RolloutProducer:
         self.stream.cursor = int(state["cursor"])
 
     async def _generate_groups(self, rows: list[dict[str, Any]], index: int, round_: int) -> GenerateOutputs:
-        """Rollouts for ``rows``, each repeated ``num_generations`` times, group-major."""
+        """Rollouts for ``rows``, each repeated ``num_generations`` times, group-major; at most
+        ``chunk_prompts`` prompts at a time (the generation batch size), one chunk after another."""
+        chunk = self.chunk_prompts
+        if chunk is None or len(rows) <= chunk:
+            return await self._generate_chunk(rows, index, round_)
+        parts = [
+            await self._generate_chunk(rows[i : i + chunk], index, round_) for i in range(0, len(rows), chunk)
+        ]
+        return merge_outputs(parts, [(p, k) for p, part in enumerate(parts) for k in range(len(part))])
+
+    async def _generate_chunk(self, rows: list[dict[str, Any]], index: int, round_: int) -> GenerateOutputs:
         K = self.num_generations
         if self.seed is None:
             repeated = [r for r in rows for _ in range(K)]
@@ -325,10 +384,62 @@ class RolloutProducer:
 
 
 def sampling_args_from_config(args: Any) -> dict[str, Any]:
-    """The config's sampling fields, as the server's sampling arguments (None = server default)."""
+    """The config's sampling fields, as the server's sampling arguments (None = server default).
+
+    ``max_tokens`` is the per-turn limit, lowered to ``max_completion_length`` (the cap on a
+    whole rollout's completion) when that is smaller: no turn may outgrow the rollout's cap.
+    ``max_completion_length`` itself is passed too: ``MultiTurnEnv`` stops a rollout whose
+    completion reaches it (and never sends it to the server); :func:`cap_completions` cuts
+    whatever still exceeds it (an environment reply past the cap, a custom rollout loop).
+    """
     names = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty")
-    names += ("frequency_penalty", "max_tokens")
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    names += ("frequency_penalty", "stop")
+    out = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    limits = [v for v in (args.max_tokens, getattr(args, "max_completion_length", None)) if v is not None]
+    if limits:
+        out["max_tokens"] = min(limits)
+    if getattr(args, "max_completion_length", None) is not None:
+        out["max_completion_length"] = args.max_completion_length
+    if "stop" in out:
+        out["stop"] = list(out["stop"])
+    return out
+
+
+def cap_completions(
+    processed: ProcessedOutputs,
+    max_completion_length: int | None,
+    *,
+    mask_truncated_completions: bool,
+    zero_truncated_completions: bool,
+) -> ProcessedOutputs:
+    """Cut every sample's completion to ``max_completion_length`` tokens, in place; returns it.
+
+    The cap on a whole rollout's completion (all turns and environment replies): a longer
+    sample keeps its first ``max_completion_length`` completion tokens and becomes
+    truncated, with the same consequences as any truncation (``mask_truncated_completions``
+    zeroes its loss mask, ``zero_truncated_completions`` its reward). ``metrics["truncated"]``
+    counts it.
+    """
+    if max_completion_length is None:
+        return processed
+    for i, ids in enumerate(processed.completion_ids):
+        if len(ids) <= max_completion_length:
+            continue
+        n = max_completion_length
+        processed.completion_ids[i] = ids[:n]
+        processed.completion_mask[i] = processed.completion_mask[i][:n]
+        processed.completion_logprobs[i] = processed.completion_logprobs[i][:n]
+        if not processed.is_truncated[i]:
+            processed.is_truncated[i] = True
+            # process_rollouts' own sample counts (rollout/tokens.py), not a step metric
+            counts = processed.metrics
+            counts[TRUNCATED_COUNT] = counts.get(TRUNCATED_COUNT, 0.0) + 1.0
+        if mask_truncated_completions:
+            processed.completion_mask[i] = [0] * n
+            processed.completion_logprobs[i] = [0.0] * n
+        if zero_truncated_completions:
+            processed.rewards[i] = 0.0
+    return processed
 
 
 def group_filter_from_config(args: Any) -> Callable[[list[float], int], list[bool]] | None:

@@ -55,7 +55,6 @@ RENAMED_GRPO_FIELDS: dict[str, str] = {
     "per_device_train_batch_size": "micro_batch_size",
     "gradient_accumulation_steps": "batch_size",
     "max_prompt_length": "max_prompt_len",
-    "max_completion_length": "max_tokens",  # the TRL name of the per-turn limit
     "async_generation_timeout": "generation_timeout",
     "log_completions": "log_samples_every",
 }
@@ -65,7 +64,9 @@ LORA_PRESET: dict[str, Any] = {
     # importance-sampled policy gradient against the server's sampling log-probs, tokens
     # outside a ratio band masked: steady with num_batches_ahead=1 (one step off-policy)
     "loss_type": "cispo",
+    "max_tokens": 512,  # per turn, as the guides say (None: up to max_seq_len)
 }
+DEFAULT_MAX_TOKENS = LORA_PRESET["max_tokens"]
 
 
 def _grpo(name: str) -> Any:
@@ -140,6 +141,7 @@ class RLConfig:
     top_k: int | None = _grpo("top_k")
     min_p: float | None = _grpo("min_p")
     repetition_penalty: float = _grpo("repetition_penalty")
+    stop: list[str] | None = _grpo("stop")
 
     # LoRA.
     use_lora: bool = _own(True, "Train a LoRA adapter (False: the full model).")
@@ -201,6 +203,9 @@ class RLConfig:
                 f"max_prompt_len={self.max_prompt_len} must be >= 1 and < max_seq_len={self.max_seq_len}",
                 hint="raise max_seq_len or lower max_prompt_len (None: min(512, max_seq_len // 2))",
             )
+        if self.max_tokens == DEFAULT_MAX_TOKENS and self.max_seq_len <= DEFAULT_MAX_TOKENS:
+            # The default per-turn limit does not fit a short max_seq_len: the sequence bounds the turn.
+            self.max_tokens = None
         if self.max_tokens is not None and not 1 <= self.max_tokens < self.max_seq_len:
             raise ConfigError(
                 f"max_tokens={self.max_tokens} must be >= 1 and < max_seq_len={self.max_seq_len}",

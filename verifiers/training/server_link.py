@@ -20,7 +20,7 @@ from verifiers.errors import ServerError
 from verifiers.inference.client import is_server_lost
 from verifiers.training.processes import broadcast, wait_together
 from verifiers.training.recovery import sync_through_outages, wait_out_outage
-from verifiers.training.sync import WeightSyncer, is_peft_model
+from verifiers.training.sync import WeightSyncer, is_peft_model, serving_dtype
 
 logger = logging.getLogger("verifiers.training.server_link")
 
@@ -70,6 +70,7 @@ class ServerLink:
                 broadcast=lambda obj: broadcast(self.accelerator, obj),
                 use_lora=self._use_lora_sync(client, model),
                 has_base=broadcast(self.accelerator, serves_our_base(client, model)),
+                serving_dtype=serving_dtype(_health(client), model),  # floating tensors go in it
                 # ds3_gather_for_generation=False: the least GPU memory per gather, one tensor at a time.
                 **({} if self.args.ds3_gather_for_generation else {"max_tensors_per_gather": 1}),
             )
@@ -121,6 +122,14 @@ class ServerLink:
         if device == "cpu":
             logger.info("the vLLM server runs on CPU: syncing merged weights (lora_sync='auto')")
         return device != "cpu"
+
+
+def _health(client: Any) -> dict[str, Any] | None:
+    """The server's health (main process), None where there is no client or it cannot tell."""
+    try:
+        return client.health() if client is not None else None
+    except Exception:  # noqa: BLE001 - unknown: the checkpoint's dtype, or none
+        return None
 
 
 def serves_our_base(client: Any, model: Any) -> bool:

@@ -4,18 +4,27 @@ Three modes:
 
 - ``full``: every parameter, under its Hugging Face name (vLLM maps HF names).
 - ``lora``: only the PEFT adapter (``client.update_lora``); the server must run
-  with LoRA enabled.
+  with LoRA enabled. An adapter with ``modules_to_save`` (a trained lm_head) is
+  synced ``merged`` instead, after one warning: vLLM adapters cannot carry it.
 - ``merged``: a PEFT model sent as full weights with the adapter folded in
   (``W + scale * B @ A`` computed per layer, the model itself untouched); after
   the first sync only the layers the adapter changes (and trainable tensors). Used
   when the server rejects adapters: a user who started ``vf-vllm`` plainly and
   trains with ``peft_config`` still trains, after one warning.
 
+A full or merged sync is one server transaction: the name, shape and dtype of every
+tensor are announced at begin (known without gathering), then the tensors stream a
+layer at a time; the client stages files of about ``max_bytes_per_request``, cut
+between layers, all loaded while generation is paused, and commits once. Tensors go
+under the checkpoint's names (weight_names.py: wrapper prefixes stripped,
+transformers 5's fused MoE experts and renames reverted) and in the server's dtype.
+A full fine-tune's first sync to a server that loaded the same checkpoint sends only
+the layers that differ from it.
+
 Under DeepSpeed ZeRO-3 parameters are sharded: they are gathered a few at a time
-(``max_tensors_per_gather``) so no rank ever holds much more than one group of
-full tensors; tensors are sent in requests of at most ``max_bytes_per_request``.
-Under FSDP2 parameters are ``DTensor`` shards: every rank all-gathers each tensor
-(``full_tensor``) in the same order, and only the main process keeps it.
+(``max_tensors_per_gather``) so no rank ever holds much more than one layer of
+full tensors. Under FSDP2 parameters are ``DTensor`` shards: every rank all-gathers
+each tensor (``full_tensor``) in the same order, and only the main process keeps it.
 Every rank calls :meth:`WeightSyncer.sync` (gathers are collective); only the
 main process talks to the server.
 
@@ -29,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +46,7 @@ from typing import Any
 import torch
 
 from verifiers.errors import ConfigError, ServerError, WeightSyncError
+from verifiers.training.weight_names import check_name, clean_name, conversions, layer_of, to_checkpoint
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.sync")
@@ -61,6 +71,8 @@ class _Unit:
     name: str
     params: list[torch.nn.Parameter]
     compute: Callable[[], torch.Tensor]
+    shape: tuple[int, ...]  # the full tensor's, known without gathering
+    dtype: torch.dtype
 
 
 def zero3_gather(params: list[torch.nn.Parameter], modify: bool = False) -> ContextManager[Any]:
@@ -93,11 +105,6 @@ def is_peft_model(model: Any) -> bool:
     return isinstance(model, PeftModel)
 
 
-def _module_of(name: str) -> str:
-    """``model.layers.0.self_attn.q_proj.weight`` -> ``model.layers.0.self_attn`` (fused siblings share it)."""
-    return name.rsplit(".", 2)[0]
-
-
 def _hf_name(peft_name: str, adapter: str) -> str | None:
     """PEFT parameter name -> the base model's HF name; None for adapter-only parameters."""
     if "lora_" in peft_name or ".original_module." in peft_name:
@@ -107,12 +114,65 @@ def _hf_name(peft_name: str, adapter: str) -> str | None:
     return name
 
 
+def unwrap_compiled(model: Any) -> Any:
+    """The module ``torch.compile`` wrapped (``OptimizedModule._orig_mod``), else ``model``."""
+    while isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+        model = model._orig_mod
+    return model
+
+
+_SERVING_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def serving_dtype(health: Mapping[str, Any] | None, model: Any) -> torch.dtype | None:
+    """The dtype the server computes in, which a sync sends (half the bytes of fp32 master weights,
+    as FSDP2 mixed precision keeps them): ``health["dtype"]`` when the server reports it, else a
+    16-bit dtype named by the checkpoint's ``config.json`` (vLLM's ``--dtype auto``; it downcasts
+    float32 checkpoints on its own, so float32 there says nothing), else None (sent as they are).
+    Not ``model.config.dtype``: transformers sets that to the dtype the trainer loaded in."""
+    named = str((health or {}).get("dtype") or "").removeprefix("torch.")
+    if named in _SERVING_DTYPES:
+        return _SERVING_DTYPES[named]
+    import json
+    import os
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else unwrap_compiled(model)
+    path = getattr(getattr(base, "config", None), "_name_or_path", None)
+    try:
+        with open(os.path.join(str(path), "config.json")) as fh:
+            config = json.load(fh)
+    except (OSError, ValueError, TypeError):
+        return None
+    named = str(config.get("dtype") or config.get("torch_dtype") or "")
+    return _SERVING_DTYPES[named] if named in ("bfloat16", "float16") else None
+
+
+def wait_for_producers(tensors: Iterable[Any]) -> None:
+    """Block until the work that wrote ``tensors`` (gathers, copies, ``optimizer.step``, all queued on
+    the current CUDA stream of their device) has finished, so a consumer on another stream (vLLM's
+    NCCL packer, IPC) never reads them half-written. CPU tensors: nothing to wait for."""
+    devices = {t.device for t in tensors if getattr(t, "is_cuda", False)}
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+
+
+def on_device_of(tensors: Iterable[Any]) -> ContextManager[Any]:
+    """Make the CUDA device of ``tensors`` current for the block: a sender thread starts on device 0,
+    and NCCL/IPC calls from it would use device 0's streams for a model on another GPU. Enter it at
+    the top of the thread that sends (``with on_device_of(tensors.values()): sender.send(...)``)."""
+    device = next((t.device for t in tensors if getattr(t, "is_cuda", False)), None)
+    return torch.cuda.device(device) if device is not None else contextlib.nullcontext()
+
+
 class WeightSyncer:
     """Sends the model's weights (or adapter) to ``client`` after each optimizer step.
 
-    ``client`` needs ``update_weights(list[(name, tensor)])``, ``reset_prefix_cache()``
-    and, for adapters, ``update_lora(...)`` (see ``adapter_payload``). ``broadcast``
-    shares the main process's fallback decision with the other ranks.
+    ``client`` needs ``update_weights(pairs, params=...)`` (a stream of ``(name, tensor)``
+    pairs, whole layers in order, and ``params``, the ``{name, shape, dtype}`` of all of them
+    announced up front: one server transaction per sync), ``reset_prefix_cache()`` and, for
+    adapters, ``update_lora(...)`` (see ``adapter_payload``). ``broadcast`` shares the main
+    process's decisions with the other ranks. ``serving_dtype`` (see :func:`serving_dtype`):
+    floating tensors are sent in it.
     """
 
     def __init__(
@@ -129,20 +189,35 @@ class WeightSyncer:
         adapter_name: str = "default",
         lora_name: str = "vf-lora",
         has_base: bool = False,
+        serving_dtype: torch.dtype | None = None,
     ):
         if max_tensors_per_gather < 1:
             raise WeightSyncError(
                 "setup", f"max_tensors_per_gather must be >= 1, got {max_tensors_per_gather}"
             )
+        model = unwrap_compiled(model)  # accelerate's unwrap_model keeps torch.compile's wrapper
         self.client, self.model = client, model
         self.is_main, self.gather, self.broadcast = is_main_process, gather, broadcast
         self.max_tensors, self.max_bytes = max_tensors_per_gather, max_bytes_per_request
         self.adapter_name, self.lora_name = adapter_name, lora_name
+        self.dtype = serving_dtype
         peft = is_peft_model(model)
         self.mode = "lora" if (peft if use_lora is None else use_lora) else ("merged" if peft else "full")
+        if self.mode == "lora":
+            saved = getattr(model.peft_config.get(adapter_name), "modules_to_save", None)
+            if saved:  # vLLM's adapters carry lora_A/lora_B only: a trained lm_head would never arrive
+                logger.warning(
+                    "the adapter trains modules_to_save=%s, which a vLLM LoRA adapter cannot carry: "
+                    "syncing merged full weights instead (drop modules_to_save to sync only the adapter)",
+                    sorted(saved),
+                )
+                self.mode = "merged"
         self._lora_confirmed = False
         self.version = 0
         self.has_base = has_base  # the server holds our frozen weights already (serves_our_base)
+        base = model.get_base_model() if peft else model
+        self._base = unwrap_compiled(base)
+        self._convert = conversions(self._base)  # transformers 5 renamed/fused: send checkpoint names
 
     # ---- public ----
     def sync(self) -> SyncResult:
@@ -158,7 +233,13 @@ class WeightSyncer:
             # never change, and a restarted server loads them from the same folder. Only the merged
             # LoRA layers and trainable tensors travel: SmolLM2 + LoRA on q/k/v/o, 106 of 540 MB,
             # which also spares both processes a copy of the whole model.
-            sent = self._send_full(self._units(changed_only=self.version > 0 or self.has_base))
+            layers = self._layers(self._units(changed_only=self.version > 0 or self.has_base))
+            if self.mode == "full" and self.has_base and self.version == 0:
+                # Full fine-tuning: what the server loaded is what we loaded, unless the weights
+                # changed since (a resumed run, a model edited in memory): send only what differs.
+                unchanged = self._unchanged_layers(layers)
+                layers = [(key, units) for key, units in layers if key not in unchanged]
+            sent = self._send_full(layers)
         if self.is_main:
             self._call("reset_prefix_cache", self.client.reset_prefix_cache)
         self.version += 1
@@ -169,24 +250,28 @@ class WeightSyncer:
         return result
 
     # ---- full / merged ----
+    def _named(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """``named_parameters`` without wrapper prefixes (torch.compile, activation checkpointing)."""
+        return [(check_name(n), p) for n, p in self.model.named_parameters()]
+
     def _units(self, changed_only: bool = False) -> list[_Unit]:
         if not is_peft_model(self.model):
-            return [_Unit(n, [p], lambda p=p: p.data) for n, p in self.model.named_parameters()]
+            return [_Unit(n, [p], lambda p=p: p.data, _shape(p), p.dtype) for n, p in self._named()]
         adapter = self.adapter_name
         lora_layers = {
-            name.removeprefix("base_model.model."): module
+            clean_name(name).removeprefix("base_model.model."): module
             for name, module in self.model.named_modules()
             if hasattr(module, "get_delta_weight") and adapter in getattr(module, "lora_A", {})
         }
         units = []
-        for peft_name, p in self.model.named_parameters():
+        for peft_name, p in self._named():
             name = _hf_name(peft_name, adapter)
             if name is None:
                 continue
             layer = lora_layers.get(name.rsplit(".", 1)[0]) if name.endswith(".weight") else None
             if layer is None:
                 if p.requires_grad or not changed_only:
-                    units.append(_Unit(name, [p], lambda p=p: p.data))
+                    units.append(_Unit(name, [p], lambda p=p: p.data, _shape(p), p.dtype))
                 continue
             if getattr(layer, "use_dora", {}).get(adapter, False):
                 raise WeightSyncError(
@@ -198,55 +283,132 @@ class WeightSyncer:
                     name,
                     [p, a, b],
                     lambda p=p, layer=layer: p.data + layer.get_delta_weight(adapter).to(p.dtype),
+                    _shape(p),
+                    p.dtype,
                 )
             )
         return units
 
-    def _gathered(self, units: list[_Unit]) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield ``(name, tensor)`` for each unit, gathering at most ``max_tensors`` parameters at once."""
-        group: list[_Unit] = []
-        count = 0
-
-        def flush() -> Iterator[tuple[str, torch.Tensor]]:
-            params = [p for u in group for p in u.params]
-            with self.gather(params):
-                for u in group:
-                    tensor = full_tensor(u.compute())  # on every rank: under FSDP2 it is collective
-                    # Copy: the gathered storage is released when the block exits.
-                    yield u.name, (tensor.detach().clone() if self.is_main else None)
-
+    @staticmethod
+    def _layers(units: list[_Unit]) -> list[tuple[str, list[_Unit]]]:
+        """Units grouped by layer (``weight_names.layer_of``), in first-seen order: a layer is
+        gathered, converted and sent whole (vLLM fuses q/k/v, gate/up and an MoE layer's experts)."""
+        layers: dict[str, list[_Unit]] = {}
         for unit in units:
-            if group and count + len(unit.params) > self.max_tensors:
-                yield from flush()
+            layers.setdefault(layer_of(unit.name), []).append(unit)
+        return list(layers.items())
+
+    def _out_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        return self.dtype if self.dtype is not None and dtype.is_floating_point else dtype
+
+    def _checkpoint(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return to_checkpoint(self._base, tensors) if self._convert else tensors
+
+    def _announce(self, layers: list[tuple[str, list[_Unit]]]) -> list[dict[str, Any]]:
+        """The ``{name, shape, dtype}`` of everything the sync sends, under the checkpoint's names:
+        known before any gather (ZeRO-3 shards keep their full shape in ``ds_shape``; the converted
+        names and shapes come from meta tensors)."""
+        params = []
+        for _, units in layers:
+            meta = {
+                u.name: torch.empty(u.shape, dtype=self._out_dtype(u.dtype), device="meta") for u in units
+            }
+            params += [
+                {"name": n, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+                for n, t in self._checkpoint(meta).items()
+            ]
+        return params
+
+    def _gathered(
+        self, layers: list[tuple[str, list[_Unit]]]
+    ) -> Iterator[tuple[str, dict[str, torch.Tensor] | None]]:
+        """``(layer, {checkpoint name: tensor})`` per layer (None on other ranks than the main one),
+        gathering at most ``max_tensors`` parameters at once (every rank: gathers are collective)."""
+        for key, units in layers:
+            out: dict[str, torch.Tensor] = {}
+            group: list[_Unit] = []
+            count = 0
+            for i, unit in enumerate(units):
+                group.append(unit)
+                count += len(unit.params)
+                following = units[i + 1] if i + 1 < len(units) else None
+                if following is not None and count + len(following.params) <= self.max_tensors:
+                    continue
+                with self.gather([p for u in group for p in u.params]):
+                    for u in group:
+                        tensor = full_tensor(u.compute())  # on every rank: under FSDP2 it is collective
+                        if self.is_main:
+                            # A copy (the gathered storage is released when the block exits), in the
+                            # serving dtype.
+                            out[u.name] = tensor.detach().to(dtype=self._out_dtype(tensor.dtype), copy=True)
                 group, count = [], 0
-            group.append(unit)
-            count += len(unit.params)
-        if group:
-            yield from flush()
-
-    def _send_full(self, units: list[_Unit]) -> tuple[int, int]:
-        """Send in updates of about ``max_bytes`` each; one update is one server transaction."""
-        batch: list[tuple[str, torch.Tensor]] = []
-        nbytes = total_tensors = total_bytes = 0
-
-        def flush() -> None:
-            nonlocal batch, nbytes, total_tensors, total_bytes
-            if batch:
-                self._call("update_weights", self.client.update_weights, batch)
-                total_tensors, total_bytes = total_tensors + len(batch), total_bytes + nbytes
-                batch, nbytes = [], 0
-
-        for name, tensor in self._gathered(units):
             if not self.is_main:
+                yield key, None
                 continue
-            # Split only between modules: the server fuses q/k/v (and gate/up) of one module
-            # and needs all of them in the same update.
-            if nbytes >= self.max_bytes and _module_of(name) != _module_of(batch[-1][0]):
-                flush()
-            batch.append((name, tensor))
-            nbytes += tensor.numel() * tensor.element_size()
-        flush()
-        return total_tensors, total_bytes
+            # The copies were queued on this device's current stream (after optimizer.step): the
+            # transport may read them from another one.
+            wait_for_producers(out.values())
+            yield key, self._checkpoint(out)
+
+    def _stream(
+        self, layers: list[tuple[str, list[_Unit]]], totals: list[int]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        for _, tensors in self._gathered(layers):
+            for name, tensor in (tensors or {}).items():
+                totals[0] += 1
+                totals[1] += tensor.numel() * tensor.element_size()
+                yield name, tensor
+
+    def _send_full(self, layers: list[tuple[str, list[_Unit]]]) -> tuple[int, int]:
+        """One server transaction for the whole sync: every tensor's name, shape and dtype announced
+        at begin, then the tensors streamed a layer at a time (the client stages files of about
+        ``max_bytes``, cut between layers), all loaded while generation is paused, one commit.
+        The main process holds at most about one file's worth of tensors at a time."""
+        totals = [0, 0]
+        if not layers:
+            return 0, 0
+        stream = self._stream(layers, totals)
+        try:
+            if self.is_main:
+                self._call(
+                    "update_weights",
+                    self.client.update_weights,
+                    stream,
+                    params=self._announce(layers),
+                    max_file_bytes=self.max_bytes,
+                )
+        finally:
+            # The other ranks gather every layer: so must this one, even when the client stopped
+            # early (an error, or a lost server the multi-process latch skips).
+            for _ in stream:
+                pass
+        return totals[0], totals[1]
+
+    def _unchanged_layers(self, layers: list[tuple[str, list[_Unit]]]) -> set[str]:
+        """Layers whose every tensor equals the checkpoint the server loaded (read from the model's
+        local folder; nothing when it is not one). Collective: every rank gathers each layer once."""
+        files = _checkpoint_files(self._base) if self.is_main else []
+        readable = bool(self.broadcast(bool(files)))
+        if not readable:
+            return set()
+        from safetensors import safe_open
+
+        unchanged: set[str] = set()
+        with contextlib.ExitStack() as stack:
+            where: dict[str, Any] = {}
+            for path in files:
+                handle = stack.enter_context(safe_open(str(path), framework="pt"))
+                where.update(dict.fromkeys(handle.keys(), handle))
+            for key, tensors in self._gathered(layers):
+                if tensors is None:
+                    continue
+                same = all(
+                    name in where and _equal_as(tensor, where[name].get_tensor(name))
+                    for name, tensor in tensors.items()
+                )
+                if same:
+                    unchanged.add(key)
+        return set(self.broadcast(sorted(unchanged)))
 
     # ---- adapter ----
     def adapter_payload(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -254,7 +416,7 @@ class WeightSyncer:
         adapter = self.adapter_name
         items = [
             (name.replace(f".{adapter}", ""), p)
-            for name, p in self.model.named_parameters()
+            for name, p in self._named()
             if "lora_" in name and f".{adapter}." in name
         ]
         tensors: dict[str, torch.Tensor] = {}
@@ -296,9 +458,9 @@ class WeightSyncer:
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
         return True, (len(tensors), nbytes)
 
-    def _call(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except WeightSyncError:
             raise
         except ServerError as e:
@@ -383,6 +545,23 @@ def zero3_reference(model: torch.nn.Module, ds_config: dict[str, Any]) -> torch.
 
 def _shape(p: torch.nn.Parameter) -> tuple[int, ...]:
     return tuple(getattr(p, "ds_shape", p.shape))  # a ZeRO-3 shard's full shape
+
+
+def _checkpoint_files(model: Any) -> list[Any]:
+    """The safetensors files of the local folder ``model`` was loaded from (empty: not a folder)."""
+    from pathlib import Path
+
+    path = getattr(getattr(model, "config", None), "_name_or_path", None)
+    folder = Path(str(path)) if path else None
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(folder.glob("*.safetensors"))
+
+
+def _equal_as(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
+    """Whether ``ours`` is ``theirs`` once cast to its dtype (a model loaded in fp32 from a bf16
+    checkpoint, untouched, casts back exactly)."""
+    return ours.shape == theirs.shape and torch.equal(ours.to(device="cpu", dtype=theirs.dtype), theirs)
 
 
 @torch.no_grad()

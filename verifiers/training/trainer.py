@@ -19,7 +19,9 @@ Wiring only; each stage lives in its own module:
 How ``Trainer``'s loop drives it: the train dataloader yields *step tickets*
 (``{"micro_step": m}``, ``max_steps × gradient_accumulation_steps`` of them), not
 prompts, because the generator must read prompts ahead of the trainer. Ticket
-``m`` belongs to generation batch ``m // (steps_per_generation × num_iterations)``;
+``m`` belongs to trained batch ``m // (micro_steps × num_iterations)`` (batch_layout.generation_plan:
+one generation batch, or one optimizer step generated in several rounds when a generation
+batch is smaller than a step);
 ``_prepare_inputs`` swaps the ticket for that batch's micro-batch, fetching and
 preparing the batch on its first ticket. On resume ``Trainer`` skips the tickets
 already trained, and the generator resumes from the saved prompt cursor with the
@@ -43,6 +45,7 @@ from transformers import Trainer, TrainerCallback
 from verifiers.errors import ConfigError, StopRequested
 from verifiers.training import checkpoint as ckpt
 from verifiers.training import metrics as M
+from verifiers.training.batch_layout import plan_of
 from verifiers.training.buffer import Buffer, build_buffer, eval_logprobs, train_batch
 from verifiers.training.checkpoint_save import save_checkpoint
 from verifiers.training.config import GRPOConfig
@@ -50,7 +53,12 @@ from verifiers.training.generator import BatchGenerator, build_generator
 from verifiers.training.logprobs import sequence_logprobs
 from verifiers.training.losses import compute_loss, step_loss_scale
 from verifiers.training.processes import broadcast, combine_metrics, max_over_processes, wait_together
-from verifiers.training.producer import GeneratedBatch, PromptTruncation, sampling_args_from_config
+from verifiers.training.producer import (
+    GeneratedBatch,
+    PromptTruncation,
+    cap_completions,
+    sampling_args_from_config,
+)
 from verifiers.training.recovery import Resync
 from verifiers.training.server_link import ServerLink
 from verifiers.training.shutdown import StopAtStepEnd, StopSignals, conclude
@@ -78,6 +86,16 @@ class _StepEnd(TrainerCallback):
 
 def _ticket(items: list[int]) -> dict[str, int]:
     return {"micro_step": items[0]}
+
+
+class _WithSteps:
+    """``args`` with ``steps_per_generation`` read as the trained batch's micro-steps."""
+
+    def __init__(self, args: GRPOConfig, micro_steps: int):
+        self._args, self.steps_per_generation = args, micro_steps
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._args, name)
 
 
 class GRPOTrainer(Trainer):
@@ -116,7 +134,8 @@ class GRPOTrainer(Trainer):
             model = get_peft_model(model, peft_config)
         self.env = env
         dataset = env.get_dataset()
-        self.prompts_per_batch = args.generation_batch_size // args.num_generations
+        self.plan = plan_of(args)
+        self.prompts_per_batch = self.plan.samples // args.num_generations
         self.samples_per_step = (
             args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
         )
@@ -125,6 +144,9 @@ class GRPOTrainer(Trainer):
             args.max_steps = max(1, math.ceil(args.num_train_epochs * steps_per_epoch))
         eval_dataset = env.get_eval_dataset() if args.eval_strategy != "no" else None
         data = {"train_dataset": dataset, "eval_dataset": eval_dataset, "processing_class": processing_class}
+        # A max_prompt_length that no prompt fits (the template and tool schemas alone are longer)
+        # is refused now, not at the first batch.
+        PromptTruncation(dataset, env, processing_class, args.max_prompt_length).check_fits()
         super().__init__(model=model, args=args, callbacks=callbacks, optimizers=optimizers, **data)
         self.server = ServerLink(args, self.accelerator, client)
         self.ref_model = None
@@ -137,7 +159,10 @@ class GRPOTrainer(Trainer):
         self._started = False
         self._last_step_end = time.perf_counter()
         self._wait_s = 0.0
-        self.micro_per_batch = args.steps_per_generation * args.num_iterations
+        self.micro_per_batch = self.plan.micro_steps * args.num_iterations
+        # What the buffer cuts a trained batch into: its micro-steps (a step generated in rounds
+        # is one trained batch of gradient_accumulation_steps micro-steps).
+        self._batch_args = _WithSteps(args, self.plan.micro_steps)
         self._loss_kwargs = dict(
             beta=args.beta,
             epsilon_low=args.epsilon,
@@ -145,7 +170,10 @@ class GRPOTrainer(Trainer):
             delta=args.delta,
             is_cap=args.importance_sampling_cap,
             is_mask_band=(args.importance_sampling_mask_low, args.importance_sampling_mask_high),
-            max_completion_length=args.max_tokens or (args.max_seq_len - args.max_prompt_length),
+            # dr_grpo's constant: the longest completion a sample can have.
+            max_completion_length=args.max_completion_length
+            or args.max_tokens
+            or (args.max_seq_len - args.max_prompt_length),
         )
         self.add_callback(_StepEnd(self))
         wake = lambda: self.generator.interrupt() if self.generator else None  # noqa: E731
@@ -163,8 +191,8 @@ class GRPOTrainer(Trainer):
         g, j = divmod(int(inputs["micro_step"]), self.micro_per_batch)
         if self._buffer is None or self._buffer.index != g:
             self._buffer = self._load_batch(g)
-        micro = self._buffer.micro[j % self.args.steps_per_generation]
-        step_in_batch = (j % self.args.steps_per_generation) // self.args.gradient_accumulation_steps
+        micro = self._buffer.micro[j % self.plan.micro_steps]
+        step_in_batch = (j % self.plan.micro_steps) // self.args.gradient_accumulation_steps
         out = {k: v.to(self.args.device) if torch.is_tensor(v) else v for k, v in micro.items()}
         if self._buffer.step_counts:
             out["step_count"] = self._buffer.step_counts[step_in_batch]
@@ -272,7 +300,7 @@ class GRPOTrainer(Trainer):
         return build_buffer(
             batch,
             train,
-            args,
+            self._batch_args,
             num_processes=self.accelerator.num_processes,
             process_index=self.accelerator.process_index,
             policy=lambda ids, attn, start: self._logprobs(self.model, ids, attn, start),
@@ -361,14 +389,18 @@ class GRPOTrainer(Trainer):
             self.env, self.client, self._served_model_name(),
             PromptTruncation(self.train_dataset, self.env, self.processing_class, self.args.max_prompt_length),
             self.args, self._process,
-            trained=trained, state=state,
+            trained=trained, state=state, total=self._total_batches(),
         )  # fmt: skip
         if self.stop_signals.requested:  # signalled while connecting: get() must not wait
             self.generator.interrupt()
 
+    def _total_batches(self) -> int:
+        """Trained batches in the whole run: the generator starts none past them."""
+        return math.ceil(self.args.max_steps * self.args.gradient_accumulation_steps / self.micro_per_batch)
+
     def _process(self, outputs):
         a = self.args
-        return self.env.process_env_results(
+        processed = self.env.process_env_results(
             outputs.prompt,
             outputs.completion,
             outputs.state,
@@ -376,6 +408,12 @@ class GRPOTrainer(Trainer):
             self.processing_class,
             max_seq_len=a.max_seq_len,
             mask_env_responses=a.mask_env_responses,
+            mask_truncated_completions=a.mask_truncated_completions,
+            zero_truncated_completions=a.zero_truncated_completions,
+        )
+        return cap_completions(  # max_completion_length: the cap on a whole rollout's completion
+            processed,
+            a.max_completion_length,
             mask_truncated_completions=a.mask_truncated_completions,
             zero_truncated_completions=a.zero_truncated_completions,
         )

@@ -56,6 +56,85 @@ def is_async_callable(fn: Any) -> bool:
     return call is not None and not inspect.isfunction(target) and inspect.iscoroutinefunction(call)
 
 
+class DaemonThreadPool(concurrent.futures.Executor):
+    """An executor whose workers are daemon threads: a call that never returns cannot block exit.
+
+    ``ThreadPoolExecutor`` joins its workers when the interpreter exits, so one sync tool stuck
+    forever (its rollout long since timed out and cancelled) kept a finished training run from
+    exiting. Here the stuck thread is simply abandoned at exit. Workers start on demand, up to
+    ``max_workers``, and an idle one is reused; ``shutdown`` stops idle workers and, with
+    ``wait``, joins the busy ones.
+    """
+
+    _STOP = object()
+
+    def __init__(self, max_workers: int, thread_name_prefix: str = "verifiers-daemon"):
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+        import queue
+
+        self.max_workers, self._prefix = max_workers, thread_name_prefix
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # workers waiting for a job
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._jobs.put((future, fn, args, kwargs))
+            if self._idle > 0:
+                self._idle -= 1  # that worker takes this job
+            elif len(self._threads) < self.max_workers:
+                t = threading.Thread(
+                    target=self._work, name=f"{self._prefix}_{len(self._threads)}", daemon=True
+                )
+                self._threads.append(t)
+                t.start()
+            # else: every worker is busy; the job waits in the queue for the first one free.
+        return future
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is self._STOP:
+                return
+            future, fn, args, kwargs = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as e:  # noqa: BLE001 - handed to the caller through the future
+                    future.set_exception(e)
+            del job, future, fn, args, kwargs  # hold no result while idle
+            with self._lock:
+                self._idle += 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            threads = list(self._threads)
+        if cancel_futures:
+            import queue
+
+            pending = []
+            while True:
+                try:
+                    pending.append(self._jobs.get_nowait())
+                except queue.Empty:
+                    break
+            for job in pending:
+                if job is not self._STOP:
+                    job[0].cancel()
+        for _ in threads:
+            self._jobs.put(self._STOP)
+        if wait:
+            for t in threads:
+                t.join()
+
+
 async def run_in_thread(
     fn: Callable[..., T], *args: Any, executor: concurrent.futures.Executor | None = None, **kwargs: Any
 ) -> T:

@@ -1,11 +1,15 @@
 """Example datasets and answer extraction helpers.
 
-``load_example_dataset`` is offline-first: the datasets bundled under
-``verifiers/data/`` load without a network. A few well-known Hugging Face hub
-datasets are also available by short name; those need the network (and the
-``datasets`` package), and fail with an error that names the offline ones.
-``datasets`` is imported only when a dataset is loaded, so ``import verifiers``
-stays light.
+``load_example_dataset`` knows 0.1.4's fifteen names (with its hub paths,
+default splits and ``question`` / ``answer`` columns) plus the datasets bundled
+under ``verifiers/data/``, which load offline. A hub name loads through
+``datasets.load_dataset``, which reads the local Hugging Face cache and, unless
+``HF_DATASETS_OFFLINE=1``, the network; when neither has it, it fails with one
+``ConfigError`` line that says it needs the hub. ``datasets`` is imported only
+when a dataset is loaded, so ``import verifiers`` stays light.
+
+The extraction helpers behave as 0.1.4's (tests/parity compares them), since
+rewards are computed from what they return.
 """
 
 from __future__ import annotations
@@ -24,27 +28,26 @@ _BOXED = "\\boxed{"
 
 BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 """System prompt asking for the final answer in ``\\boxed{}`` (0.1.x's wording)."""
+# 0.1.4's text exactly, including the run of spaces its source's line continuation
+# put after "tags." (the prompt a model was tuned with stays the same).
 THINK_BOXED_SYSTEM_PROMPT = (
-    "Think step-by-step inside <think>...</think> tags. Then, give your final answer inside \\boxed{}."
+    "Think step-by-step inside <think>...</think> tags.     Then, give your final answer inside \\boxed{}."
 )
-"""System prompt asking for reasoning in ``<think>`` tags, then a ``\\boxed{}`` answer (0.1.x's wording)."""
+"""System prompt asking for reasoning in ``<think>`` tags, then a ``\\boxed{}`` answer (0.1.4's wording)."""
 
 
 def extract_boxed_answer(text: str) -> str:
-    """Return the content of the last complete ``\\boxed{...}`` in ``text`` (nested braces allowed).
+    """Return the content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed).
 
-    ``text`` is returned unchanged if it has no complete boxed expression, as in
-    verifiers 0.1.x (so a bare final answer still compares equal).
+    ``text`` is returned unchanged if it has no ``\\boxed{`` or its last one
+    never closes (a truncated completion), as in 0.1.4 (so a bare final answer
+    still compares equal).
     """
     start = text.rfind(_BOXED)
-    # Walk back over boxes that never close (a truncated completion) to the
-    # last one that does.
-    while start != -1:
-        content = _balanced(text, start + len(_BOXED))
-        if content is not None:
-            return content
-        start = text.rfind(_BOXED, 0, start)
-    return text
+    if start == -1:
+        return text
+    content = _balanced(text, start + len(_BOXED))
+    return text if content is None else content
 
 
 def _balanced(text: str, begin: int) -> str | None:
@@ -61,11 +64,12 @@ def _balanced(text: str, begin: int) -> str | None:
     return None
 
 
-def extract_hash_answer(text: str) -> str | None:
-    """Return the GSM8K final answer after the last ``####`` (``"... #### 42"`` -> ``"42"``), or None."""
+def extract_hash_answer(text: str) -> str:
+    """Return the GSM8K final answer after ``####`` (``"... #### 42"`` -> ``"42"``); ``text`` itself
+    when it has none (0.1.4)."""
     if "####" not in text:
-        return None
-    return text.rsplit("####", 1)[1].strip()
+        return text
+    return text.split("####")[1].strip()
 
 
 def strip_non_numeric(text: str) -> str:
@@ -75,33 +79,113 @@ def strip_non_numeric(text: str) -> str:
 
 @dataclass(frozen=True)
 class _HubDataset:
-    """A hub dataset known by a short name, and how to turn it into question/answer rows."""
+    """A hub dataset known by a short name, and how 0.1.4 turned it into question/answer rows."""
 
     path: str
     config: str | None
-    splits: tuple[str, ...]
-    to_row: Callable[[dict[str, Any]], dict[str, Any]]
     default_split: str
+    to_row: Callable[[dict[str, Any]], dict[str, Any]]
+    keep: Callable[[dict[str, Any]], bool] | None = None
+    extra_configs: tuple[str, ...] = ()  # more configs whose rows are appended (aime2025's two parts)
 
 
-def _gsm8k_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {"question": row["question"], "answer": extract_hash_answer(row["answer"]) or ""}
+def _row(
+    question: str, answer: Callable[[dict[str, Any]], Any]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda x: {"question": x[question], "answer": answer(x)}
 
 
-def _problem_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {"question": row["problem"], "answer": str(row["answer"])}
+def _choices(letters: str, options_key: str, answer: Callable[[dict[str, Any]], str]):
+    def to_row(x: dict[str, Any]) -> dict[str, Any]:
+        question = f"Question: {x['question']}\n"
+        for letter, option in zip(letters, x[options_key], strict=False):
+            question += f"\n{letter}: {option}"
+        return {"question": question, "answer": answer(x)}
 
+    return to_row
+
+
+def _gpqa_row(x: dict[str, Any]) -> dict[str, Any]:
+    # 0.1.4 shuffled the letters with the global `random` state (unseeded), so
+    # the correct letter of a row was not reproducible there either.
+    import random
+
+    letters = ["A", "B", "C", "D"]
+    random.shuffle(letters)
+    texts = [x["Correct Answer"], x["Incorrect Answer 1"], x["Incorrect Answer 2"], x["Incorrect Answer 3"]]
+    by_letter = dict(zip(letters, texts, strict=True))
+    question = f"Question: {x['Question']}\n\n" + "\n".join(f"{k}: {by_letter[k]}" for k in "ABCD")
+    return {"question": question, "answer": letters[0]}
+
+
+def _openbookqa_row(x: dict[str, Any]) -> dict[str, Any]:
+    choices = "\n".join(
+        f"{label}. {text}" for label, text in zip(x["choices"]["label"], x["choices"]["text"], strict=False)
+    )
+    return {"question": f"Question: {x['question_stem']}\n\nChoices:\n{choices}", "answer": x["answerKey"]}
+
+
+_PYTHON_PROBLEM = "Solve the following coding problem using the programming language python:"
+
+HUB_DATASETS: dict[str, _HubDataset] = {
+    # 0.1.4's names, hub paths, default splits (used when split=None) and columns.
+    "aime2024": _HubDataset(
+        "HuggingFaceH4/aime_2024", None, "train", _row("problem", lambda x: str(int(x["answer"])))
+    ),
+    "aime2025": _HubDataset(
+        "opencompass/AIME2025",
+        "AIME2025-I",
+        "test",
+        _row("question", lambda x: strip_non_numeric(x["answer"])),
+        extra_configs=("AIME2025-II",),
+    ),
+    "amc2023": _HubDataset("knoveleng/AMC-23", None, "train", _row("problem", lambda x: x["answer"])),
+    "gpqa_diamond": _HubDataset("Idavidrein/gpqa", "gpqa_diamond", "train", _gpqa_row),
+    "gpqa_main": _HubDataset("Idavidrein/gpqa", "gpqa_main", "train", _gpqa_row),
+    "gsm8k": _HubDataset(
+        "openai/gsm8k", "main", "test", _row("question", lambda x: extract_hash_answer(x["answer"]))
+    ),
+    "math": _HubDataset(
+        "chiayewken/competition_math",
+        None,
+        "train",
+        _row("problem", lambda x: extract_boxed_answer(x["solution"])),
+    ),
+    "math500": _HubDataset("HuggingFaceH4/MATH-500", None, "test", _row("problem", lambda x: x["answer"])),
+    "mmlu": _HubDataset(
+        "cais/mmlu", "all", "dev", _choices("ABCD", "choices", lambda x: "ABCD"[x["answer"]])
+    ),
+    "mmlu_pro": _HubDataset(
+        "TIGER-Lab/MMLU-Pro", None, "validation", _choices("ABCDEFGHIJ", "options", lambda x: x["answer"])
+    ),
+    "openbookqa": _HubDataset("allenai/openbookqa", "main", "train", _openbookqa_row),
+    "openrs": _HubDataset("knoveleng/open-rs", None, "train", _row("problem", lambda x: x["answer"])),
+    "openrs_easy": _HubDataset(
+        "knoveleng/open-rs",
+        None,
+        "train",
+        _row("problem", lambda x: x["answer"]),
+        keep=lambda x: x["level"] == "Easy",
+    ),
+    "openrs_hard": _HubDataset(
+        "knoveleng/open-rs",
+        None,
+        "train",
+        _row("problem", lambda x: x["answer"]),
+        keep=lambda x: x["level"] == "Hard",
+    ),
+    "prime_code": _HubDataset(
+        "PrimeIntellect/verifiable-coding-problems",
+        None,
+        "train",
+        _row("prompt", lambda x: x["verification_info"]),
+        keep=lambda x: x["prompt"].startswith(_PYTHON_PROBLEM),
+    ),
+}
+"""Short name -> hub dataset (0.1.4's fifteen; needs the hub or a cached copy)."""
 
 BUNDLED_DATASETS: dict[str, str] = {"reverse_text": "verifiers.data.reverse_text"}
 """Short name -> module under ``verifiers/data/`` (works offline)."""
-
-HUB_DATASETS: dict[str, _HubDataset] = {
-    # default_split: the split 0.1.x loaded when none was given.
-    "gsm8k": _HubDataset("openai/gsm8k", "main", ("train", "test"), _gsm8k_row, "test"),
-    "math500": _HubDataset("HuggingFaceH4/MATH-500", None, ("test",), _problem_row, "test"),
-    "aime2024": _HubDataset("HuggingFaceH4/aime_2024", None, ("train",), _problem_row, "train"),
-}
-"""Short name -> hub dataset (needs the network)."""
 
 
 def load_example_dataset(
@@ -110,30 +194,34 @@ def load_example_dataset(
     """Load an example dataset as a ``datasets.Dataset`` with ``question`` and ``answer`` columns.
 
     Args:
-        name: a bundled dataset (``reverse_text``; offline) or a known hub
-            dataset (``gsm8k``, ``math500``, ``aime2024``; needs the network).
-        split: ``"train"`` or ``"test"`` (hub datasets: the splits they have);
-            ``None`` picks the dataset's default split as 0.1.x did
-            (``reverse_text``, ``aime2024``: train; ``gsm8k``, ``math500``: test).
+        name: one of 0.1.4's hub datasets (``aime2024``, ``aime2025``,
+            ``amc2023``, ``gpqa_diamond``, ``gpqa_main``, ``gsm8k``, ``math``,
+            ``math500``, ``mmlu``, ``mmlu_pro``, ``openbookqa``, ``openrs``,
+            ``openrs_easy``, ``openrs_hard``, ``prime_code``; they need the hub or
+            its local cache) or a bundled one (``reverse_text``; offline).
+        split: the split to load; ``None`` picks 0.1.4's default for the name
+            (``gsm8k``, ``math500``, ``aime2025``: test; ``mmlu``: dev;
+            ``mmlu_pro``: validation; the others and ``reverse_text``: train).
         n: keep ``n`` rows, a random sample drawn with ``seed`` so that a small
             ``n`` is still representative; ``None`` or ``-1`` keeps every row
             in stored order.
         seed: seed of that sample; ``None`` keeps the first ``n`` rows instead.
 
     Raises:
-        ConfigError: unknown name or split, or a hub dataset that cannot be loaded.
+        ConfigError: unknown name or split, or a hub dataset that cannot be
+            loaded here (one line, saying it needs the hub).
     """
     key = name.strip().lower().replace("-", "_")
     if key in BUNDLED_DATASETS:
-        dataset = _load_bundled(key, split or "train")
-    elif key in HUB_DATASETS:
-        dataset = _load_hub(key, split or HUB_DATASETS[key].default_split)
-    else:
-        raise ConfigError(
-            f"unknown example dataset '{name}'",
-            hint=f"use one of: {', '.join(BUNDLED_DATASETS)} (offline), {', '.join(HUB_DATASETS)} (hub)",
-        )
-    return _take(dataset, n, seed)
+        return _take(_load_bundled(key, split or "train"), n, seed)
+    if key in HUB_DATASETS:
+        spec = HUB_DATASETS[key]
+        # Sample before mapping, as 0.1.4 did, so the same n and seed pick the same rows.
+        return _load_hub(key, split or spec.default_split, n, seed)
+    raise ConfigError(
+        f"unknown example dataset '{name}'",
+        hint=f"use one of: {', '.join(BUNDLED_DATASETS)} (offline), {', '.join(HUB_DATASETS)} (hub)",
+    )
 
 
 def _load_bundled(key: str, split: str) -> Dataset:
@@ -148,24 +236,28 @@ def _load_bundled(key: str, split: str) -> Dataset:
     return Dataset.from_list(module.rows(split))
 
 
-def _load_hub(key: str, split: str) -> Dataset:
-    spec = HUB_DATASETS[key]
-    if split not in spec.splits:
-        raise ConfigError(
-            f"dataset '{key}' has no split '{split}'",
-            hint=f"use one of: {', '.join(spec.splits)}",
-        )
+def _load_hub(key: str, split: str, n: int | None, seed: int | None) -> Dataset:
+    import os
+
     import datasets
 
+    spec = HUB_DATASETS[key]
     try:
-        raw = datasets.load_dataset(spec.path, spec.config, split=split)
-    except Exception as err:  # network, auth, hub changes: all mean "not available here"
-        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        parts = [datasets.load_dataset(spec.path, spec.config, split=split)]
+        parts += [datasets.load_dataset(spec.path, extra, split=split) for extra in spec.extra_configs]
+    except Exception as err:  # no network, offline mode, no cache, unknown split, auth
+        reason = " ".join(str(err).split())[:160] or type(err).__name__
+        offline = os.environ.get("HF_DATASETS_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         raise ConfigError(
-            f"could not load '{key}' ({spec.path}) from the Hugging Face hub: {reason}",
-            hint=f"check the network, or use a bundled offline dataset: {', '.join(BUNDLED_DATASETS)}",
-        ) from err
-    return raw.map(spec.to_row, remove_columns=raw.column_names)
+            f"example dataset '{key}' ({spec.path}, split '{split}') needs the Hugging Face hub"
+            f"{' and HF_DATASETS_OFFLINE is set' if offline else ''}: {reason}",
+            hint=f"run once online to cache it, or use a bundled offline dataset: {', '.join(BUNDLED_DATASETS)}",
+        ) from None
+    raw = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+    if spec.keep is not None:
+        raw = raw.filter(spec.keep)
+    raw = _take(raw, n, seed)
+    return raw.map(spec.to_row, remove_columns=raw.column_names).select_columns(["question", "answer"])
 
 
 def _take(dataset: Dataset, n: int | None, seed: int | None) -> Dataset:

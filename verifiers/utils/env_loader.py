@@ -8,6 +8,9 @@ written for an environment hub spell them (``primeintellect/reverse-text``,
 ``primeintellect/reverse-text@0.1.0``), resolve offline to the installed package of
 that name: the ``owner/`` prefix is dropped, and a ``@version`` must match the
 installed version (a different one is refused, never silently substituted).
+The 0.1.x names of the bundled environments (``"vf-math-python"``, as the guides'
+``vf-install`` line spells them) resolve to the environment
+without the ``vf-`` prefix when no module of the prefixed name exists.
 Nothing is downloaded.
 
 The checks here exist to turn the common mistakes into one-line errors that say
@@ -66,6 +69,19 @@ def env_name(env_id: str) -> str:
 def module_name_for(env_id: str) -> str:
     """The module name an environment id imports (``reverse-text`` or ``owner/reverse-text`` -> ``reverse_text``)."""
     return env_name(env_id).replace("-", "_")
+
+
+LEGACY_PREFIX = "vf-"
+"""The prefix of the 0.1.x bundled environments' package names (``"vf-math-python"``)."""
+
+
+def legacy_alias(env_id: str) -> str | None:
+    """The id without the 0.1.x ``vf-`` prefix (``"vf-math-python"`` -> ``"math-python"``), or None."""
+    owner, name, version = split_env_id(env_id)
+    for prefix in (LEGACY_PREFIX, LEGACY_PREFIX.replace("-", "_")):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix) :] + (f"@{version}" if version else "")
+    return None
 
 
 def install_hint(env_id: str) -> str:
@@ -167,6 +183,12 @@ def _import_env_module(env_id: str) -> ModuleType:
             if attempt == 0:  # maybe installed after start-up: refresh the import system, retry once
                 _activate_new_install(module_name)
                 continue
+            alias = legacy_alias(env_id)
+            if alias is not None:  # "vf-math-python": the bundled math-python under its 0.1.x name
+                try:
+                    return _import_env_module(alias)
+                except EnvironmentNotFoundError:
+                    pass
             raise _not_found(env_id, module_name) from None
         except ImportError as err:
             raise _import_failure(env_id, module_name, err) from err

@@ -435,6 +435,13 @@ async def _run(code: str, settings: _Settings) -> SandboxResult:
                 _kill_group(proc)
             if proc.stdin is not None:
                 proc.stdin.close()
+            # Close the process transport (and its pipes) now, on this running loop: asyncio closes
+            # it only once every pipe has reached EOF, and a pipe still open here (the code killed
+            # mid-write, a holder we could not kill) was otherwise closed by the transport's
+            # __del__ after the loop had closed: "Event loop is closed", an unraisable exception.
+            transport = getattr(proc, "_transport", None)  # asyncio has no public close for it
+            if transport is not None:
+                transport.close()
         for fd in (chan_r, chan_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):

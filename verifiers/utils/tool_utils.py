@@ -1,9 +1,10 @@
 """Turn a Python function into an OpenAI tool schema.
 
-The schema comes from the signature (parameter names, defaults), the type hints
-(JSON Schema types) and the docstring: its summary becomes the tool
-description and a Google-style ``Args:`` section gives each parameter's
-description::
+The schema is the one 0.1.4 sent (tests/parity compares them), so a model
+sees the same tool text here: pydantic's JSON schema of the signature, made
+strict (every parameter required, no additional properties), with the
+docstring's text as the tool description and a Google-style ``Args:`` section
+giving each parameter's description::
 
     def search(query: str, limit: int = 5) -> list[str]:
         '''Search the corpus.
@@ -136,40 +137,173 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {k: v for k, v in raw.items() if not isinstance(v, str)}
 
 
-def function_to_tool_schema(fn: Callable[..., Any], args_to_skip: Iterable[str] = ()) -> dict[str, Any]:
-    """The OpenAI tool schema (``{"type": "function", "function": {...}}``) for ``fn``.
+_HEADER = re.compile(r"^([A-Za-z][A-Za-z ]*):\s*$")
+_PARAM_SECTIONS = ("args", "arguments", "parameters", "params")
 
-    ``args_to_skip`` are parameters the environment injects itself (see
-    ``StatefulToolEnv.add_tool``); they are hidden from the model.
+
+def docstring_parts(doc: str | None) -> tuple[str, dict[str, str]]:
+    """``(description, {parameter: description})`` of a Google-style docstring, read as 0.1.4 read it.
+
+    A section is a ``Name:`` line after a blank line, followed by an indented
+    block. The description is the text before the first section (paragraphs
+    kept); a parameter's description is the text after its ``name:`` (or
+    ``name (type):``), continuation lines joined by newlines. Other sections
+    (Returns, Raises, notes) are left out.
     """
+    if not doc:
+        return "", {}
+    # Cleaned again, as 0.1.4's docstring reader did: a docstring whose first line is a
+    # section header has its indented lines shifted left, so that header is not a section.
+    lines = inspect.cleandoc(doc).splitlines()
+
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip())
+
+    def block(start: int) -> int:
+        """End (exclusive) of the indented block that starts at ``start``."""
+        end = start
+        while end < len(lines) and (not lines[end].strip() or indent(lines[end]) > 0):
+            if not lines[end].strip() and (end + 1 >= len(lines) or indent(lines[end + 1]) == 0):
+                break
+            end += 1
+        return end
+
+    def is_header(i: int) -> bool:
+        return (
+            bool(_HEADER.match(lines[i]))
+            and i > 0
+            and not lines[i - 1].strip()
+            and i + 1 < len(lines)
+            and lines[i + 1].strip() != ""
+            and indent(lines[i + 1]) > 0
+        )
+
+    text: list[str] = []
+    args: dict[str, list[str]] = {}
+    i = 0
+    while i < len(lines) and not is_header(i):
+        text.append(lines[i])
+        i += 1
+    while i < len(lines):
+        if not is_header(i):
+            i += 1
+            continue
+        name = _HEADER.match(lines[i]).group(1).strip().lower()
+        end = block(i + 1)
+        if name in _PARAM_SECTIONS:
+            base = min(indent(line) for line in lines[i + 1 : end] if line.strip())
+            current: str | None = None
+            for line in lines[i + 1 : end]:
+                if not line.strip():
+                    continue
+                am = _ARG_LINE.match(line.strip())
+                if am and indent(line) == base:
+                    current = am.group(1).lstrip("*")
+                    args[current] = [am.group(3).strip()]
+                elif current is not None:
+                    args[current].append(line.strip())
+        i = end
+    return "\n".join(text).strip(), {k: "\n".join(v).strip() for k, v in args.items()}
+
+
+def make_strict(schema: dict[str, Any], root: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``schema`` (changed in place) in the form OpenAI's strict mode accepts, as 0.1.4 sent it.
+
+    Every object lists all its properties as required and allows no others,
+    ``default: None`` is dropped, a single ``allOf`` is merged into its
+    schema, and a ``$ref`` that has sibling keys is expanded. An object that
+    allows additional properties (``dict`` parameters) is left as it is; 0.1.4
+    refused such a tool (docs/migrating.md).
+    """
+    root = schema if root is None else root
+    for defs_key in ("$defs", "definitions"):
+        defs = schema.get(defs_key)
+        if isinstance(defs, dict):
+            for sub in defs.values():
+                if isinstance(sub, dict):
+                    make_strict(sub, root)
+    if schema.get("type") == "object" and "additionalProperties" not in schema:
+        schema["additionalProperties"] = False
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        schema["required"] = list(properties)
+        schema["properties"] = {k: make_strict(v, root) for k, v in properties.items()}
+    if isinstance(schema.get("items"), dict):
+        schema["items"] = make_strict(schema["items"], root)
+    if isinstance(schema.get("anyOf"), list):
+        schema["anyOf"] = [make_strict(v, root) for v in schema["anyOf"]]
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list):
+        if len(all_of) == 1:
+            schema.update(make_strict(all_of[0], root))
+            schema.pop("allOf")
+        else:
+            schema["allOf"] = [make_strict(v, root) for v in all_of]
+    if "default" in schema and schema["default"] is None:
+        schema.pop("default")
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and len(schema) > 1 and ref.startswith("#/"):
+        target: Any = root
+        for key in ref[2:].split("/"):
+            target = target[key]
+        schema.update({**target, **schema})
+        schema.pop("$ref")
+        return make_strict(schema, root)
+    return schema
+
+
+def _parameters_model(name: str, fields: dict[str, tuple[Any, Any]]) -> Any:
+    """A pydantic model of the parameters; a type pydantic cannot describe becomes ``Any``."""
+    from pydantic import create_model
+
+    try:
+        model = create_model(f"{name}_args", **fields)
+        model.model_json_schema()
+        return model
+    except Exception:
+        # 0.1.4 failed to build such a tool; here only that parameter loses its type.
+        safe = {}
+        for key, (annotation, info) in fields.items():
+            try:
+                create_model("probe", **{key: (annotation, info)}).model_json_schema()
+                safe[key] = (annotation, info)
+            except Exception:
+                safe[key] = (Any, info)
+        return create_model(f"{name}_args", **safe)
+
+
+def function_to_tool_schema(fn: Callable[..., Any], args_to_skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The OpenAI tool schema (``{"type": "function", "function": {...}}``) for ``fn``, as 0.1.4 built it.
+
+    The parameters are pydantic's JSON schema of the signature made strict
+    (:func:`make_strict`): every parameter is required (one with a default
+    keeps it as ``default``), ``additionalProperties`` is false, and the
+    function has ``"strict": true``. Descriptions come from a Google-style
+    docstring (:func:`docstring_parts`). ``args_to_skip`` are parameters the
+    environment injects itself (see ``StatefulToolEnv.add_tool``); they are
+    hidden from the model. ``*args`` / ``**kwargs`` are not offered to the model.
+    """
+    from pydantic import Field
+
     skip = set(args_to_skip)
-    summary, arg_docs, returns = parse_docstring(inspect.getdoc(fn))
+    name = tool_name(fn)
+    description, arg_docs = docstring_parts(inspect.getdoc(fn))
     hints = _type_hints(fn)
-    sig = inspect.signature(fn)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for name, param in sig.parameters.items():
-        if name in skip or name in ("self", "cls"):
+    fields: dict[str, tuple[Any, Any]] = {}
+    for pname, param in inspect.signature(fn).parameters.items():
+        if pname in skip or pname in ("self", "cls"):
             continue
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             continue
-        prop = dict(type_to_schema(hints.get(name, param.annotation)))
-        if name in arg_docs and arg_docs[name]:
-            prop["description"] = arg_docs[name]
-        if param.default is inspect.Parameter.empty:
-            required.append(name)
-        elif param.default is None or isinstance(param.default, (str, int, float, bool)):
-            prop["default"] = param.default
-        properties[name] = prop
-    description = summary
-    if returns:
-        description = f"{summary} Returns: {returns}".strip()
-    parameters: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        parameters["required"] = required
+        annotation = hints.get(pname, param.annotation)
+        if annotation is inspect.Parameter.empty:
+            annotation = Any
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
+    parameters = make_strict(_parameters_model(name, fields).model_json_schema())
     return {
         "type": "function",
-        "function": {"name": tool_name(fn), "description": description, "parameters": parameters},
+        "function": {"name": name, "description": description, "parameters": parameters, "strict": True},
     }
 
 

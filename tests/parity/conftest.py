@@ -1,0 +1,142 @@
+"""The differential tier: the same calls under verifiers 0.1.4 (the oracle) and under ours.
+
+The oracle is ``verifiers==0.1.4`` from PyPI in a virtual environment of its own,
+built on first use and reused (``$VF_CACHE_DIR/oracle-0.1.4``, else a pytest temp
+dir). It is installed with ``--no-deps``, plus the few packages whose versions
+must be of 0.1.4's time (``ORACLE_PINS``: openai < 2 and openai-agents for its
+tool schemas, transformers 4 whose ``apply_chat_template`` returns a list, and
+the datasets / hub client that go with it); everything else (pydantic,
+math-verify, numpy, pyarrow, ...) is this interpreter's own, reached through a
+path entry placed after the oracle's site-packages. No torch or vLLM.
+
+Every case of every test module is generated up front (``cases.py``, seeded) and
+sent to the oracle in ONE subprocess (``oracle_driver.py`` reads JSON cases on
+stdin and writes JSON results); the tests compare those results with ours. Without
+PyPI the oracle cannot be built and the tier skips with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.parity import cases as case_gen
+
+HERE = Path(__file__).parent
+ORACLE_PINS = (
+    "verifiers==0.1.4",
+    "openai==1.107.1",
+    "openai-agents==0.3.0",
+    "griffe==1.15.0",
+    "colorama==0.4.6",
+    "distro==1.9.0",
+    "jiter==0.11.0",
+    "transformers==4.56.2",
+    "tokenizers==0.22.1",
+    "huggingface_hub==0.35.3",
+    "datasets==4.1.1",
+)
+
+
+def _oracle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = os.environ.get("VF_CACHE_DIR")
+    if cache:
+        return Path(cache).expanduser() / "oracle-0.1.4"
+    return tmp_path_factory.getbasetemp() / "oracle-0.1.4"
+
+
+def _python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def build_oracle(venv: Path) -> Path:
+    """The oracle's Python, building the venv if it is missing or was built with other pins."""
+    marker = venv / ".parity-pins"
+    wanted = "\n".join(ORACLE_PINS)
+    if marker.exists() and marker.read_text() == wanted and _python(venv).exists():
+        return _python(venv)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
+    py = _python(venv)
+    done = subprocess.run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            *ORACLE_PINS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+        pytest.skip(f"verifiers 0.1.4 oracle not installable (needs PyPI): {last[:160]}")
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # After the oracle's own packages: the pins win, the rest comes from this interpreter.
+    Path(purelib, "zz_parity_host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    marker.write_text(wanted)
+    return py
+
+
+def run_oracle(python: Path, groups: dict, tokenizer_dir: str | None, workdir: Path) -> dict:
+    """Send ``groups`` (op -> cases) through the oracle in one subprocess; op -> results."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OPENAI_API_KEY="EMPTY")
+    done = subprocess.run(
+        [str(python), "-I", str(HERE / "oracle_driver.py")],
+        input=json.dumps({"tokenizer_dir": tokenizer_dir, "groups": groups}),
+        capture_output=True,
+        text=True,
+        cwd=workdir,  # not the checkout: `import verifiers` must find 0.1.4
+        env=env,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"oracle driver failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="session")
+def oracle_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_oracle(_oracle_dir(tmp_path_factory))
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer_dir() -> str:
+    try:
+        from verifiers.models import smollm2_tokenizer_dir
+    except ImportError as e:
+        pytest.skip(f"tokenizer needs the 'train' extra: {e}")
+    from verifiers.errors import MissingExtraError
+
+    try:
+        return str(smollm2_tokenizer_dir())
+    except MissingExtraError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def parity(
+    oracle_python: Path, smol_tokenizer, smol_tokenizer_dir: str, tmp_path_factory: pytest.TempPathFactory
+):
+    """``(cases, oracle_results, seconds)``: every generated case and 0.1.4's answer to it."""
+    groups = case_gen.build_all(smol_tokenizer)
+    start = time.perf_counter()
+    results = run_oracle(oracle_python, groups, smol_tokenizer_dir, tmp_path_factory.mktemp("oracle-run"))
+    return groups, results, time.perf_counter() - start

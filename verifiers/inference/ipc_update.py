@@ -1,0 +1,199 @@
+"""``IpcChannel``: the trainer's side of a weight update over CUDA IPC (trainer and server on one GPU).
+
+NCCL refuses two ranks on one device, so when the trainer's tensors live on the
+GPU a vf-vllm worker runs on (same UUID, see ``transport.choose_transport``) the
+server is started with vLLM's IPC weight-transfer engine (``vf-vllm
+--weight-transfer ipc``, vllm/distributed/weight_transfer/ipc_engine.py) and the
+trainer hands the worker CUDA IPC handles to its own tensors: no copy leaves the
+GPU.
+
+One update: ``begin`` (validation, pause, vLLM's ``start_weight_update``) ->
+``/vf/weights/ipc`` with one handle per tensor -> ``commit``. The handles are
+what ``torch.multiprocessing.reductions.reduce_tensor`` gives (the arguments of
+``rebuild_cuda_tensor``), keyed by the GPU's UUID as vLLM's receiver expects,
+and JSON-encoded by :func:`encode_handles` (bytes as base64, dtypes and the two
+classes by name). vLLM's own HTTP client pickles them instead, which its worker
+only reads with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; the worker extension
+decodes these with :func:`decode_handles` (an allow-list, no pickle) and calls
+vLLM's ``update_weights`` with the plain tuples, which vLLM 0.26 and newer accept
+unchanged (unpacked mode, the engines' default).
+
+The trainer keeps every shared tensor alive until the commit returned, then
+calls ``torch.cuda.ipc_collect()`` so the storage can be freed. Untested on GPU
+here: the machines this was written on have none (tests/test_weight_update_gpu_path.py
+has the ``gpu`` tests).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from verifiers.errors import WeightSyncError
+from verifiers.inference import transport
+
+# The classes reduce_tensor puts in a handle (tensor class, storage class): nothing else is rebuilt.
+_CLASSES = ("Tensor", "Parameter", "TypedStorage", "UntypedStorage")
+
+
+def _class(name: str) -> Any:
+    import torch
+
+    if name not in _CLASSES:
+        raise ValueError(f"IPC handle names class {name!r}; only {_CLASSES} are accepted")
+    return {
+        "Tensor": torch.Tensor,
+        "Parameter": torch.nn.Parameter,
+        "TypedStorage": torch.storage.TypedStorage,
+        "UntypedStorage": torch.UntypedStorage,
+    }[name]
+
+
+def encode_value(v: Any) -> Any:
+    """One argument of ``rebuild_cuda_tensor`` as JSON: bytes, dtypes and classes tagged."""
+    if isinstance(v, (bytes, bytearray)):
+        return {"b64": base64.b64encode(bytes(v)).decode()}
+    if isinstance(v, type):
+        return {"cls": v.__name__}
+    if type(v).__name__ == "dtype" and type(v).__module__ == "torch":
+        return {"dtype": str(v).removeprefix("torch.")}
+    if isinstance(v, (list, tuple)):  # torch.Size is a tuple
+        return [encode_value(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise TypeError(f"cannot encode {type(v).__name__} in an IPC handle")
+
+
+def decode_value(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "b64" in v:
+            return base64.b64decode(v["b64"])
+        if "cls" in v:
+            return _class(str(v["cls"]))
+        if "dtype" in v:
+            import torch
+
+            dtype = getattr(torch, str(v["dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"IPC handle names dtype {v['dtype']!r}, not a torch dtype")
+            return dtype
+        raise ValueError(f"unknown tagged value in an IPC handle: {sorted(v)}")
+    if isinstance(v, list):
+        return [decode_value(x) for x in v]
+    return v
+
+
+def encode_handles(handles: list[dict[str, tuple]]) -> list[dict[str, list]]:
+    """``[{gpu_uuid: rebuild_cuda_tensor args}]`` (one per tensor) as JSON-safe lists."""
+    return [{str(k): encode_value(list(args)) for k, args in h.items()} for h in handles]
+
+
+def decode_handles(encoded: list[dict[str, list]]) -> list[dict[str, tuple]]:
+    """The inverse of :func:`encode_handles`: tuples ``rebuild_cuda_tensor`` takes.
+
+    Layout (torch's ``reduce_tensor``): ``[tensor_cls, size, stride, offset,
+    storage_cls, dtype, device, handle, size_bytes, offset_bytes, requires_grad,
+    ref_counter_handle, ref_counter_offset, event_handle, event_sync_required]``.
+    """
+    import torch
+
+    out: list[dict[str, tuple]] = []
+    for h in encoded:
+        one: dict[str, tuple] = {}
+        for gpu, args in h.items():
+            a = decode_value(args)
+            if len(a) != 15:
+                raise ValueError(f"IPC handle for {gpu} has {len(a)} fields; torch's reduce_tensor gives 15")
+            a[1], a[2] = torch.Size(a[1]), tuple(a[2])
+            one[gpu] = tuple(a)
+        out.append(one)
+    return out
+
+
+def share(tensors: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """``(keep_alive, update_info)`` for CUDA ``tensors``: one IPC handle per tensor, keyed by its GPU's UUID.
+
+    The caller holds ``keep_alive`` until the server committed (the handles do
+    not keep the storage alive). The current stream is synchronised first: the
+    worker reads on its own stream and must see the values the optimizer wrote.
+    """
+    import torch
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    keep: list[Any] = []
+    names, dtypes, shapes, handles = [], [], [], []
+    for device in {t.device for t in tensors.values()}:
+        torch.cuda.current_stream(device).synchronize()
+    for name, t in tensors.items():
+        w = t.detach().contiguous()
+        keep.append(w)
+        _, args = reduce_tensor(w)
+        names.append(name)
+        dtypes.append(str(w.dtype).removeprefix("torch."))
+        shapes.append(list(w.shape))
+        handles.append({transport.gpu_uuid(w.device): args})
+    info = {"names": names, "dtype_names": dtypes, "shapes": shapes, "ipc_handles": encode_handles(handles)}
+    return keep, info
+
+
+class IpcChannel:
+    """Sends updates to a server whose vLLM weight transfer is ``ipc``; stateless between updates."""
+
+    kind = "ipc"
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.broken = False  # nothing to break: every update stands alone
+        self.server_instance: str | None = None
+
+    def update(self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str) -> int:
+        client = self.client
+
+        def left() -> float:
+            return max(1.0, deadline - time.monotonic())
+
+        update_id = uuid.uuid4().hex
+        begin = {
+            "update_id": update_id,
+            "version": version,
+            "transport": "ipc",
+            "params": transport.tensor_meta(tensors),
+            "timeout_s": left(),
+            "pause_mode": pause_mode,
+        }
+        client._request("POST", "/vf/weights/begin", stage="begin", json=begin, timeout=left())
+        keep: list[Any] = []
+        try:
+            keep, info = share(tensors)
+            body = {"update_id": update_id, "update_info": info}
+            client._request(
+                "POST", "/vf/weights/ipc", stage="transfer", safe=False, json=body, timeout=left()
+            )
+            commit = {"update_id": update_id, "version": version}
+            out = client._request("POST", "/vf/weights/commit", stage="commit", json=commit, timeout=left())
+        except BaseException as e:
+            client._abort(update_id)
+            if isinstance(e, WeightSyncError) or not isinstance(e, Exception):
+                raise
+            raise WeightSyncError("transfer", f"{type(e).__name__}: {e}", url=client.server_url) from e
+        finally:
+            del keep
+            _ipc_collect()
+        return int(out["version"])
+
+    def close(self) -> None:
+        pass
+
+
+def _ipc_collect() -> None:
+    """Free the storage the worker has let go of (torch keeps shared blocks until asked)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.ipc_collect()
+    except Exception:  # noqa: BLE001 - housekeeping only
+        pass
