@@ -111,7 +111,9 @@ def run_once(target: str, pytest_args: list[str], timeout: float, lock: str | No
     return outcomes, output, code
 
 
-def check(targets: list[str], runs: int, pytest_args: list[str], timeout: float, lock: str | None) -> dict[str, Tally]:
+def check(
+    targets: list[str], runs: int, pytest_args: list[str], timeout: float, lock: str | None
+) -> dict[str, Tally]:
     """Run every target ``runs`` times; the tallies by test id (a target with no results: by target)."""
     tallies: dict[str, Tally] = {}
     for target in targets:
@@ -161,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("targets", nargs="+", help="pytest node ids, files or directories")
     p.add_argument("-n", "--runs", type=int, default=10, help="runs per target (default 10)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds one pytest run may take (default 1800)")
+    p.add_argument(
+        "--timeout", type=float, default=1800, help="seconds one pytest run may take (default 1800)"
+    )
     p.add_argument("--lock", help="hold an exclusive flock on this file during each run")
     a = p.parse_args(argv)
     if a.runs < 1:

@@ -436,7 +436,7 @@ def fsdp2_one_process(ctx: Context) -> str:
     return f"{backend}, step-0 ratio {r['ratio0']:.6f}, sync sent {len(sent)} tensors in bf16 (master weights fp32)"
 
 
-@check("zero3_one_process", cuda=True, needs=("deepspeed",))
+@check("zero3_one_process", needs=("deepspeed",))
 def zero3_one_process(ctx: Context) -> str:
     """DeepSpeed ZeRO-3 on one process: a step, then a gathered sync whose names and shapes match the checkpoint."""
     import deepspeed
@@ -445,7 +445,7 @@ def zero3_one_process(ctx: Context) -> str:
     from verifiers.training.losses import compute_loss
     from verifiers.training.sync import WeightSyncer, zero3_gather
 
-    with _one_rank_group("nccl"):
+    with _one_rank_group("nccl" if ctx.cuda else "gloo"):
         model = _load(ctx.tiny(), ctx, torch.float32)
         config = {
             "train_micro_batch_size_per_gpu": 4,
@@ -780,10 +780,7 @@ def vllm_api_surface(ctx: Context) -> str:
 @check("vllm_grpo_steps", cuda=True, needs=("vllm",))
 def vllm_grpo_steps(ctx: Context) -> str:
     """vf-vllm on CUDA with the tiny model; 3 GRPO steps per sync mode one GPU allows; step-0 ratio; sync seconds."""
-    results = []
-    for mode, lora in (("ipc", False), ("merged", True), ("lora", True)):
-        results.append(_grpo_run(ctx, mode, lora))
-    return "; ".join(results)
+    return "; ".join(_grpo_run(ctx, mode) for mode in ("ipc", "merged", "lora"))
 
 
 def grpo_toml(mode: str, model: str, port: int, out: Path, bf16: bool = True) -> str:
@@ -816,26 +813,22 @@ def grpo_toml(mode: str, model: str, port: int, out: Path, bf16: bool = True) ->
     return "\n".join(lines) + "\n"
 
 
-def _grpo_run(ctx: Context, mode: str, lora: bool) -> str:
+def _grpo_run(ctx: Context, mode: str) -> str:
     """One vf-vllm + trainer run on this GPU (vf-train against the server), 3 steps, read from the trainer's log."""
     port = _free_port()
     out = ctx.work / f"run-{mode}"
     out.mkdir(exist_ok=True)
     model = str(ctx.tiny())
     server_cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", model, "--port", str(port)]
-    server_cmd += [
-        "--gpu-memory-utilization",
-        "0.3",
-        "--max-model-len",
-        "512",
-        "--enforce-eager",
-        "--seed",
-        "0",
-    ]
+    server_cmd += ["--max-model-len", "512", "--enforce-eager", "--seed", "0"]
+    if ctx.cuda:  # the trainer shares the GPU
+        server_cmd += ["--gpu-memory-utilization", "0.3"]
+    else:  # a CPU smoke run of this check (not part of the dry run): the trainer's fp32, a small cache
+        server_cmd += ["--dtype", "float32", "--kv-cache-memory-bytes", str(256 << 20)]
     server_cmd += ["--weight-transfer", "ipc"] if mode == "ipc" else []
     server_cmd += ["--enable-lora", "--max-lora-rank", "8"] if mode == "lora" else []
     toml = out / "run.toml"
-    toml.write_text(grpo_toml(mode, model, port, out))
+    toml.write_text(grpo_toml(mode, model, port, out, bf16=ctx.cuda))
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
     with open(out / "server.log", "w") as log:
         server = subprocess.Popen(
@@ -861,14 +854,33 @@ def _grpo_run(ctx: Context, mode: str, lora: bool) -> str:
             os.killpg(server.pid, 15)
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.wait(timeout=30)
-    steps = re.findall(r"Step (\d+)/\d+: .*?importance_ratio=([0-9.]+).*?sync ([0-9.]+)s", text)
-    if len(steps) < 3:
-        raise AssertionError(f"{mode}: {len(steps)} steps logged, not 3 (see {out / 'trainer.log'})")
-    ratio0 = float(steps[0][1])
-    if abs(ratio0 - 1) > 1e-3:
-        raise AssertionError(f"{mode}: step-0 importance ratio {ratio0}, not within 1e-3 of 1")
-    syncs = [float(s[2]) for s in steps]
-    return f"{mode}: 3 steps, step-0 ratio {ratio0:.4f}, sync {max(syncs):.2f} s max"
+    ratios, syncs = step_metrics(out / "runs" / "metrics.jsonl", text)
+    if len(ratios) < 3:
+        raise AssertionError(f"{mode}: {len(ratios)} steps logged, not 3 (see {out / 'trainer.log'})")
+    if abs(ratios[0] - 1) > 1e-3:
+        raise AssertionError(f"{mode}: step-0 importance ratio {ratios[0]:.6f}, not within 1e-3 of 1")
+    return f"{mode}: 3 steps, step-0 ratio {ratios[0]:.6f}, sync {max(syncs):.2f} s max"
+
+
+def step_metrics(metrics_file: Path, log_text: str) -> tuple[list[float], list[float]]:
+    """Per training step: the importance ratio (mean) and the sync seconds.
+
+    From the run's ``runs/metrics.jsonl`` (full precision), else from the printed step
+    lines (``importance_ratio=1.000 ... sync 0.1s``: three decimals only)."""
+    ratios, syncs = [], []
+    if metrics_file.is_file():
+        for row in metrics_file.read_text().splitlines():
+            record = json.loads(row)
+            if "importance_ratio/mean" in record:
+                ratios.append(float(record["importance_ratio/mean"]))
+                syncs.append(float(record.get("time/sync_s", 0.0)))
+    if not ratios:
+        for _, ratio, sync in re.findall(
+            r"Step (\d+)/\d+: .*?importance_ratio=([0-9.]+).*?sync ([0-9.]+)s", log_text
+        ):
+            ratios.append(float(ratio))
+            syncs.append(float(sync))
+    return ratios, syncs
 
 
 def _wait_ready(port: int, server: subprocess.Popen, log: Path, timeout: float) -> None:

@@ -23,7 +23,7 @@ import verifiers as vf
 from tests.fakeserver import fake_server
 
 FIXTURES = Path(__file__).parent / "fixtures" / "envs_01x"
-MODULES = ("sorting_v0112", "repeater_v018", "judge_v0110", "group_v0110", "legacy_mixed")
+MODULES = ("sorting_v0112", "repeater_v018", "judge_v0110", "group_v0110", "legacy_mixed", "tools_v0112")
 
 
 @pytest.fixture
@@ -306,7 +306,15 @@ def test_score_group_and_plural_detection_pure():
     assert spec_groups == [True, False, True]
     assert vf.Rubric(funcs=[annotated])._specs[0].group
     states = [
-        {"prompt": [], "completion": [], "answer": "", "task": "t", "info": {}, "v": v, "trajectory": [{"reward": None, "advantage": None}]}
+        {
+            "prompt": [],
+            "completion": [],
+            "answer": "",
+            "task": "t",
+            "info": {},
+            "v": v,
+            "trajectory": [{"reward": None, "advantage": None}],
+        }
         for v in (1, 3)
     ]
     scores = asyncio.run(rubric.score_group(states))
@@ -362,5 +370,141 @@ def test_0_1_4_form_env_gets_no_monitor_metrics():
             return [], state
 
     env = Old(dataset=Dataset.from_list([{"question": "q", "answer": ""}]))
-    assert not env.later_api and isinstance(env.rubric, vf.Rubric) and not isinstance(env.rubric, vf.RubricGroup)
+    assert (
+        not env.later_api and isinstance(env.rubric, vf.Rubric) and not isinstance(env.rubric, vf.RubricGroup)
+    )
     assert "num_turns" not in env.metric_names()
+
+
+# -- RolloutInput, init_state, the 0.1.8 rollout call ------------------------------------------------
+
+
+def test_init_state_from_a_rollout_input():
+    from datasets import Dataset
+
+    env = vf.SingleTurnEnv(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]))
+    row: vf.RolloutInput = {
+        "prompt": [{"role": "user", "content": "hi"}],
+        "example_id": 7,
+        "answer": "a",
+        "info": '{"k": 1}',
+    }
+    state = asyncio.run(env.init_state(row, client=None, model="m", sampling_args={"temperature": 0.5}))
+    assert state["prompt"] == row["prompt"] and state["answer"] == "a" and state["task"] == "default"
+    assert state["info"] == {"k": 1} and state["input"]["info"] == {"k": 1} and state["example_id"] == 7
+    assert state["model"] == "m" and state["sampling_args"] == {"temperature": 0.5}
+    assert state["trajectory"] == [] and state["is_completed"] is False and state["failure"] is None
+    with pytest.raises(vf.ConfigError, match="prompt"):
+        asyncio.run(env.init_state({"answer": "a"}))
+
+
+def test_rollout_called_the_0_1_8_way_returns_the_state(envs_01x):
+    env = vf.load_environment("repeater_v018")
+    row = {
+        "prompt": [{"role": "user", "content": "Q?"}],
+        "example_id": 0,
+        "task": "sentence-repeater",
+        "info": {"questions": ["a", "b"], "answers": ["x", "y"]},
+    }
+
+    async def run_all(client):
+        positional = await env.rollout(row, client, "fake-model", {"temperature": 0.0})
+        by_keyword = await env.rollout(input=row, client=client, model="fake-model", sampling_args=None)
+        # the 0.1.4 form still returns (completion, state)
+        old = await env.rollout(client, "fake-model", row["prompt"], "", "t", row["info"])
+        return positional, by_keyword, old
+
+    with fake_server(reply=lambda req: "x") as server:
+        positional, by_keyword, (completion, state) = asyncio.run(run_all(server.client()))
+        assert server.requests[0][1].get("temperature") == 0.0
+    for st in (positional, by_keyword, state):
+        assert len(st["trajectory"]) == 2 and st["stop_condition"] == "all_questions_answered"
+    assert (
+        positional["completion"][-1] == {"role": "assistant", "content": "x"}
+        and positional["example_id"] == 0
+    )
+    assert completion == state["completion"]
+
+
+def test_0_1_8_form_tool_env_tracks_tool_calls_once():
+    from datasets import Dataset
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    def mul(a: int, b: int) -> int:
+        """Multiply two numbers."""
+        return a * b
+
+    def reply(request):
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            return {"tool_calls": [{"name": "add", "arguments": json.dumps({"a": 1, "b": 2})}]}
+        return "3"
+
+    build = lambda: Dataset.from_list([{"question": "1+2?", "answer": "3"}])  # noqa: E731
+    env = vf.ToolEnv(tools=[add], dataset=build, max_turns=4)
+    env.add_tool(mul)
+    with fake_server(reply=reply) as server:
+        results = env.evaluate(server.client(), "fake-model")
+    assert results.metrics["total_tool_calls"] == [1.0] and results.metrics["add_calls"] == [1.0]
+    assert results.metrics["mul_calls"] == [0.0] and results.metrics["num_turns"] == [2.0]
+    # a module that already scores with a ToolRubric does not get a second, summed, count
+    own = vf.ToolEnv(tools=[add], dataset=build, rubric=vf.ToolRubric(tools=[add]))
+    with fake_server(reply=reply) as server:
+        results = own.evaluate(server.client(), "fake-model")
+    assert results.metrics["total_tool_calls"] == [1.0]
+
+
+def test_0_1_12_module_reads_messages_and_tool_calls_as_objects(envs_01x):
+    env = vf.load_environment("tools_v0112")
+
+    def reply(request):
+        wanted = ["add_one"] if "'shout'" not in request["messages"][-1]["content"] else ["add_one", "shout"]
+        args = {"add_one": {"x": 1}, "shout": {"text": "hi"}}
+        return {
+            "content": "Call me",
+            "tool_calls": [{"name": n, "arguments": json.dumps(args[n])} for n in wanted],
+        }
+
+    with fake_server(reply=reply) as server:
+        results = env.evaluate(server.client(), "fake-model")
+    assert results.metrics["called_expected_tools"] == [1.0, 1.0]
+    assert results.metrics["mentions_prompt"] == [1.0, 1.0]
+    assert "called_expected_tools_error" not in results.metrics
+    last = results.completion[1][-1]
+    assert isinstance(last, vf.AssistantMessage) and isinstance(last, dict)
+    assert [c.name for c in last.tool_calls] == ["add_one", "shout"]
+    assert last["tool_calls"][0]["function"]["name"] == "add_one"  # still the OpenAI shape
+
+
+def test_tool_call_type_reads_both_shapes():
+    from verifiers.types import ToolCall
+
+    upstream_form = ToolCall(id="c1", name="f", arguments={"a": 1})
+    assert upstream_form == {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "f", "arguments": '{"a": 1}'},
+    }
+    openai_form = ToolCall(
+        {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}, "index": 0}
+    )
+    assert (openai_form.id, openai_form.name, openai_form.arguments, openai_form["index"]) == (
+        "c2",
+        "g",
+        "{}",
+        0,
+    )
+
+
+def test_vf_eval_runs_a_0_1_12_module(envs_01x, tmp_path, monkeypatch, capsys):
+    from verifiers.cli import eval as vf_eval
+
+    monkeypatch.chdir(tmp_path)
+    with fake_server(reply=lambda req: "thinking") as server:
+        rc = vf_eval.main(["sorting_v0112", "-b", server.url, "-n", "2", "-r", "2", "-s"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert module("sorting_v0112").CALLS["build"] == 1 and len(module("sorting_v0112").CALLS["cleanup"]) == 4
+    assert "num_turns" in out.out

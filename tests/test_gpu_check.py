@@ -81,7 +81,7 @@ def test_registry_names_are_unique_and_cover_the_issue(gc):
         "throughput_vs_trl",
     ):
         assert name in names, name
-    assert {c.name for c in gc.CHECKS if c.cuda} == {"zero3_one_process", "vllm_grpo_steps"}
+    assert {c.name for c in gc.CHECKS if c.cuda} == {"vllm_grpo_steps"}
 
 
 def test_unknown_check_name_is_refused(gc):
@@ -125,3 +125,18 @@ def test_a_failed_check_makes_the_exit_status_1(gc, monkeypatch, tmp_path, capsy
     monkeypatch.setattr(gc, "CHECKS", [gc.Check("broken", broken)])
     assert gc.main(["--dry-run", "--keep", str(tmp_path)]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1] == "gpu_check passed=0 failed=1 skipped=0"
+
+
+def test_step_metrics_prefer_the_metrics_file(gc, tmp_path):
+    log = (
+        "Step 1/3: reward=0.236 entropy=0.000 importance_ratio=1.000 loss=0 lr=1.00e-05 | 4s elapsed, ETA 9s "
+        "| gen-wait 3.2s train 1.3s sync 0.1s\n"
+        "Step 2/3: reward=0.232 entropy=0.000 importance_ratio=0.998 loss=0 lr=1.00e-05 | 6s elapsed, ETA 3s "
+        "| gen-wait 0.5s train 1.0s sync 0.25s\n"
+    )
+    assert gc.step_metrics(tmp_path / "missing.jsonl", log) == ([1.0, 0.998], [0.1, 0.25])
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(
+        '{"step": 1, "importance_ratio/mean": 1.0004, "time/sync_s": 0.12}\n{"step": 1, "eval/reward": 0.5}\n'
+    )
+    assert gc.step_metrics(metrics, log) == ([1.0004], [0.12])

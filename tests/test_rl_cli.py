@@ -221,7 +221,9 @@ def test_missing_or_broken_config_file(tmp_path, capsys):
 def test_gpus_on_a_cpu_machine_is_refused_before_starting(config_file, capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     line = one_error(capsys, rl_cli.main(["@", str(config_file), "--trainer.gpus", "1"]))
-    assert "asks for 1 GPU(s)" in line and "but 0 CUDA device(s) are visible; it never falls back to CPU" in line
+    assert (
+        "asks for 1 GPU(s)" in line and "but 0 CUDA device(s) are visible; it never falls back to CPU" in line
+    )
 
 
 def test_vf_train_bad_input(tmp_path, config_file, capsys):

@@ -507,3 +507,24 @@ def test_ipc_handles_open_the_trainers_tensors_in_another_process():
     child.join(60)
     assert sums == [15.0, 12.0]
     del keep
+
+
+def test_ipc_needs_what_vllms_ipc_engine_imports(monkeypatch):
+    """vLLM 0.26's IPC engine imports ray, which vLLM does not depend on: ``auto`` falls back
+    to nccl and says why; an explicit ``--weight-transfer ipc`` is refused in one line."""
+    from verifiers.cli import vllm as cli
+
+    monkeypatch.setattr(cli, "ipc_missing", lambda: "ray")
+    a = SimpleNamespace(weight_transfer="auto", weight_transfer_config=None)
+    line = cli.choose_weight_transfer(a, False, lambda: 1)
+    assert a.weight_transfer_config == {"backend": "nccl"} and "ipc would need 'ray'" in line
+    with pytest.raises(ConfigError, match="needs 'ray'") as e:
+        cli.choose_weight_transfer(
+            SimpleNamespace(weight_transfer="ipc", weight_transfer_config=None), True, lambda: 1
+        )
+    assert "pip install ray" in e.value.hint
+    monkeypatch.setattr(cli, "ipc_missing", lambda: None)
+    a = SimpleNamespace(weight_transfer="ipc", weight_transfer_config=None)
+    assert cli.choose_weight_transfer(a, True, lambda: 1) is None and a.weight_transfer_config == {
+        "backend": "ipc"
+    }

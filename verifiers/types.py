@@ -75,6 +75,44 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+class RolloutInput(TypedDict, total=False):
+    """One rollout's input (0.1.8+): ``prompt`` (required), ``answer``, ``task``, ``info``
+    (a dict or its JSON), ``example_id``."""
+
+    prompt: Messages
+    example_id: int
+    task: str
+    answer: str
+    info: Info | str
+
+
+class TrajectoryStepTokens(TypedDict, total=False):
+    """The server's tokens for one model call: the whole prompt (mask 0) and the sampled
+    completion (mask 1) with its sampling log-probs."""
+
+    prompt_ids: list[int]
+    prompt_mask: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+    completion_logprobs: list[float]
+    overlong_prompt: bool
+    is_truncated: bool
+
+
+class TrajectoryStep(TypedDict, total=False):
+    """One entry of ``state["trajectory"]`` (0.1.8+): one model call."""
+
+    prompt: Messages
+    completion: Messages
+    response: Any
+    tokens: TrajectoryStepTokens | None
+    reward: float | None
+    advantage: float | None
+    is_truncated: bool
+    trajectory_id: str
+    extras: dict[str, Any]
+
+
 @dataclass
 class GenerateInputs:
     """Inputs of ``Environment.a_generate`` as one object (the 0.1.x container).
@@ -232,12 +270,71 @@ class UserMessage(_MessageDict):
     ROLE = "user"
 
 
+class ToolCall(dict):
+    """One tool call, stored in the OpenAI shape ``{"id", "type": "function", "function":
+    {"name", "arguments"}}`` and read like upstream 0.1.12's (``call.id``, ``call.name``,
+    ``call.arguments``: the JSON text). Build it either way: ``ToolCall(id=, name=, arguments=)``
+    or from an OpenAI tool-call dict."""
+
+    def __init__(self, *args: Any, **fields: Any):
+        raw = dict(*args, **fields)
+        if "function" in raw:  # the OpenAI shape: kept exactly as given
+            super().__init__(raw)
+            return
+        arguments = raw.pop("arguments", "")
+        if not isinstance(arguments, str):
+            import json
+
+            arguments = json.dumps(arguments)
+        name = raw.pop("name", "")
+        super().__init__(
+            id=raw.pop("id", ""),
+            type=raw.pop("type", "function"),
+            function={"name": name, "arguments": arguments},
+            **raw,
+        )
+
+    @property
+    def id(self) -> str:
+        return self.get("id")
+
+    @property
+    def name(self) -> str:
+        return (self.get("function") or {}).get("name")
+
+    @property
+    def arguments(self) -> str:
+        return (self.get("function") or {}).get("arguments")
+
+
 class AssistantMessage(_MessageDict):
-    """``{"role": "assistant", "content": ..., ["tool_calls": ...]}``; content may be None."""
+    """``{"role": "assistant", "content": ..., ["tool_calls": ...]}``; content may be None.
+    Each tool call becomes a :class:`ToolCall` (OpenAI shape, upstream attributes)."""
 
     ROLE = "assistant"
     REQUIRED = ()
     OPTIONAL = ("content", "reasoning_content", "tool_calls")
+
+    def __init__(self, *args: Any, **fields: Any):
+        super().__init__(*args, **fields)
+        if self.get("tool_calls"):
+            self["tool_calls"] = [ToolCall(tc) for tc in self["tool_calls"]]
+
+
+_BY_ROLE: dict[str, type] = {}
+
+
+def as_message(message: Any) -> Any:
+    """``message`` as the message type of its role (``vf.UserMessage``, ...), so 0.1.12 code can
+    read ``m.role`` / ``m.content``; anything else (text, an unknown role) is returned as is."""
+    if not _BY_ROLE:
+        _BY_ROLE.update(system=SystemMessage, user=UserMessage, assistant=AssistantMessage, tool=ToolMessage)
+    if isinstance(message, _MessageDict) or not isinstance(message, dict):
+        return message
+    cls = _BY_ROLE.get(message.get("role"))
+    if cls is None or any(key not in message for key in cls.REQUIRED):
+        return message
+    return cls(message)
 
 
 class ToolMessage(_MessageDict):

@@ -402,6 +402,17 @@ def physical_gpu_count() -> int | None:
         return None
 
 
+def ipc_missing() -> str | None:
+    """The module vLLM's IPC weight-transfer engine fails to import for, or None when it imports."""
+    try:
+        import vllm.distributed.weight_transfer.ipc_engine  # noqa: F401
+    except ModuleNotFoundError as e:
+        return e.name or str(e)
+    except ImportError as e:  # present but broken: name the error rather than guess
+        return str(e)
+    return None
+
+
 def choose_weight_transfer(args, flag_given: bool, gpu_count) -> str | None:
     """Set ``args.weight_transfer_config`` from ``--weight-transfer``; returns the line to print, if any.
 
@@ -421,12 +432,22 @@ def choose_weight_transfer(args, flag_given: bool, gpu_count) -> str | None:
         return None
     choice = args.weight_transfer
     if choice != "auto":
+        if choice == "ipc" and (missing := ipc_missing()):
+            raise ConfigError(
+                f"--weight-transfer ipc: this vLLM's IPC engine needs {missing!r}, which is not installed",
+                hint=f"pip install {missing} (pip install 'verifiers[vllm]' brings it), or --weight-transfer nccl",
+            )
         args.weight_transfer_config = {"backend": choice}
         return None
     count = gpu_count()
     choice = "ipc" if count == 1 else "nccl"
+    missing = ipc_missing() if choice == "ipc" else None
+    if missing:  # vLLM 0.26's IPC engine imports ray, which vLLM itself does not require
+        choice = "nccl"
     args.weight_transfer_config = {"backend": choice}
     why = "one GPU in this machine: a trainer here shares it" if count == 1 else f"{count or 'unknown'} GPUs"
+    if missing:
+        why += f"; ipc would need {missing!r}, not installed"
     other = "nccl" if choice == "ipc" else "ipc"
     return (
         f"vf-vllm: weight transfer {choice} ({why}); "

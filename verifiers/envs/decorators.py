@@ -49,11 +49,15 @@ def _marker(kind: str) -> Callable[..., Any]:
 
 
 stop = _marker("stop")
-stop.__doc__ = "Mark a method ``(self, state) -> bool`` as a stop condition (``@vf.stop`` or ``@vf.stop(priority=N)``)."
+stop.__doc__ = (
+    "Mark a method ``(self, state) -> bool`` as a stop condition (``@vf.stop`` or ``@vf.stop(priority=N)``)."
+)
 cleanup = _marker("cleanup")
 cleanup.__doc__ = "Mark a method ``(self, state) -> None`` to run when each rollout ends (``@vf.cleanup``)."
 teardown = _marker("teardown")
-teardown.__doc__ = "Mark a method ``(self) -> None`` to run once when the environment is torn down (``@vf.teardown``)."
+teardown.__doc__ = (
+    "Mark a method ``(self) -> None`` to run once when the environment is torn down (``@vf.teardown``)."
+)
 
 
 def find_hooks(obj: Any, kind: str) -> list[Callable[..., Any]]:

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from verifiers.envs.dataset_format import build_prompt, format_dataset, inputs_to_rows
+from verifiers.envs.decorators import HOOK_KINDS, find_hooks
 from verifiers.envs.model_client import call_model
 from verifiers.envs.results import ERROR_METRIC, collect_outputs, raise_if_unreachable, results_dataset
 from verifiers.envs.state import new_state
@@ -51,11 +52,12 @@ from verifiers.types import (
     Messages,
     MessageType,
     ProcessedOutputs,
+    RolloutInput,
     RolloutScore,
     SamplingArgs,
     State,
+    as_message,
 )
-from verifiers.envs.decorators import HOOK_KINDS, find_hooks
 from verifiers.utils.async_utils import DaemonThreadPool, resolve, run_sync
 from verifiers.utils.logging import warn_once
 
@@ -274,7 +276,9 @@ class Environment(ABC):
             try:
                 await resolve(handler())
             except Exception as err:
-                self.logger.warning("teardown %s failed: %s", getattr(handler, "__name__", handler), format_error(err))
+                self.logger.warning(
+                    "teardown %s failed: %s", getattr(handler, "__name__", handler), format_error(err)
+                )
 
     def teardown_sync(self) -> None:
         """Blocking :meth:`_teardown` (works inside a running event loop too)."""
@@ -384,6 +388,41 @@ class Environment(ABC):
         return tools if tools else self.oai_tools
 
     # -- one rollout -------------------------------------------------------------
+    async def init_state(
+        self,
+        input: RolloutInput | dict,
+        client: Any = None,
+        model: str = "",
+        sampling_args: SamplingArgs | None = None,
+    ) -> State:
+        """A fresh rollout state for one input row (0.1.8+'s name and arguments).
+
+        ``input``: ``prompt`` and optionally ``answer``, ``task``, ``info`` (a dict or
+        its JSON), ``example_id``. The state has every key of the contract in
+        docs/architecture.md, plus ``input`` (the row, with ``info`` parsed), ``client``,
+        ``model`` and ``sampling_args``, as upstream's.
+        """
+        from verifiers.envs.dataset_format import clean_prompt, parse_info
+
+        row = dict(input)
+        if "prompt" not in row or row["prompt"] is None:
+            raise ConfigError("a rollout input needs a 'prompt'", hint="pass {'prompt': [...], ...}")
+        info = parse_info(row.get("info"))
+        task = row.get("task") or "default"
+        answer = row.get("answer")
+        prompt = clean_prompt(row["prompt"])
+        if isinstance(prompt, list):  # readable as m.role / m.content too, as upstream 0.1.12's
+            prompt = [as_message(m) for m in prompt]
+        state = new_state(prompt, "" if answer is None else answer, task, info)
+        state["input"] = {**row, "info": info, "task": task}
+        if "example_id" in row:
+            state["example_id"] = row["example_id"]
+        state["client"] = client
+        state["model"] = model
+        state["sampling_args"] = sampling_args
+        state["is_completed"] = False
+        return state
+
     @abstractmethod
     async def rollout(
         self,
@@ -602,8 +641,12 @@ class Environment(ABC):
             start = time.perf_counter()
             try:
                 scores = await self.rubric.score_group(states)
-                part = [RolloutScore(reward=scores.reward[k], metrics={n: v[k] for n, v in scores.metrics.items()})
-                        for k in range(len(members))]
+                part = [
+                    RolloutScore(
+                        reward=scores.reward[k], metrics={n: v[k] for n, v in scores.metrics.items()}
+                    )
+                    for k in range(len(members))
+                ]
             except Exception as err:
                 warn_once(
                     self.logger,

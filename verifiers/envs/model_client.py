@@ -23,7 +23,15 @@ import threading
 from typing import Any
 
 from verifiers.errors import PromptTooLongError, ServerError, ServerTimeoutError, ServerUnreachableError
-from verifiers.types import ChatMessage, Messages, MessageType, SamplingArgs, TurnTokens
+from verifiers.types import (
+    AssistantMessage,
+    ChatMessage,
+    Messages,
+    MessageType,
+    SamplingArgs,
+    ToolCall,
+    TurnTokens,
+)
 from verifiers.utils.async_utils import is_async_callable, resolve, run_in_thread
 from verifiers.utils.logging import warn_once
 
@@ -304,8 +312,10 @@ def response_message(response: Any, message_type: MessageType) -> ChatMessage | 
     if message_type == "completion":
         return getattr(choice, "text", None) or ""
     msg = getattr(choice, "message", None)
-    out: ChatMessage = {"role": "assistant", "content": getattr(msg, "content", None) or ""}
+    # An AssistantMessage: a plain-dict message that 0.1.12 code can also read as m.content,
+    # m.tool_calls[i].name.
+    out: ChatMessage = AssistantMessage(content=getattr(msg, "content", None) or "")
     tool_calls = getattr(msg, "tool_calls", None)
     if tool_calls:
-        out["tool_calls"] = [_tool_call_dict(tc) for tc in tool_calls]
+        out["tool_calls"] = [ToolCall(_tool_call_dict(tc)) for tc in tool_calls]
     return out

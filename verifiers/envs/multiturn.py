@@ -19,15 +19,14 @@ import time
 from abc import abstractmethod
 from typing import Any
 
-from verifiers.envs.dataset_format import clean_prompt, parse_info
+from verifiers.envs.dataset_format import clean_prompt
 from verifiers.envs.decorators import find_hooks
 from verifiers.envs.environment import Environment
 from verifiers.envs.model_client import extract_turn_tokens, response_message
-from verifiers.envs.state import new_state
 from verifiers.errors import PromptTooLongError
-from verifiers.rubrics.rubric import Rubric
 from verifiers.rollout.failure import FailureKind, format_error, model_call_kind, record_failure
-from verifiers.types import ChatMessage, Info, Messages, SamplingArgs, State
+from verifiers.rubrics.rubric import Rubric
+from verifiers.types import ChatMessage, Info, Messages, SamplingArgs, State, as_message
 from verifiers.utils.async_utils import resolve
 from verifiers.utils.logging import warn_once
 
@@ -83,7 +82,8 @@ class MultiTurnEnv(Environment):
         subclasses that only declare ``@vf.stop`` methods, says whether
         ``max_turns`` is reached or any stop condition holds.
         """
-        return await self.max_turns_reached(state) or await self._stop_reached(state)
+        # Stop conditions first, so a condition that coincides with max_turns is the one named.
+        return await self._stop_reached(state) or await self.max_turns_reached(state)
 
     async def _stop_reached(self, state: State) -> bool:
         """Check the ``@vf.stop`` methods in priority order; the first true one ends the rollout
@@ -121,21 +121,44 @@ class MultiTurnEnv(Environment):
     async def rollout(
         self,
         client: Any,
-        model: str,
-        prompt: Messages,
-        answer: str = "",
+        model: Any,
+        prompt: Any = None,
+        answer: Any = "",
         task: str = "default",
         info: Info | None = None,
         sampling_args: SamplingArgs | None = None,
         **kwargs: Any,
+    ) -> Any:
+        """One episode. Two call forms:
+
+        - 0.1.4: ``rollout(client, model, prompt, answer, task, info, sampling_args)`` returns
+          ``(completion, state)``;
+        - 0.1.8+: ``rollout(input, client, model, sampling_args)`` with a ``RolloutInput``
+          (``prompt``, and optionally ``answer``, ``task``, ``info``, ``example_id``) returns
+          the ``state`` (its ``completion`` holds the new messages).
+        """
+        if "input" in kwargs or (isinstance(client, dict) and "prompt" in client):
+            if "input" in kwargs:  # all by keyword: input=, client=, model=, sampling_args=
+                row = kwargs.pop("input")
+            else:  # positional (input, client, model, sampling_args): shifted one place
+                row, client, model = client, model, prompt
+                if isinstance(answer, dict):
+                    sampling_args = answer
+            _, state = await self._run(client, model, dict(row), sampling_args, kwargs)
+            return state
+        row = {"prompt": prompt, "answer": answer, "task": task, "info": info}
+        return await self._run(client, model, row, sampling_args, kwargs)
+
+    async def _run(
+        self, client: Any, model: str, row: dict, sampling_args: SamplingArgs | None, kwargs: dict[str, Any]
     ) -> tuple[Messages, State]:
         start = time.perf_counter()
-        info = parse_info(info)
-        prompt = clean_prompt(prompt)
-        state = new_state(prompt, answer, task, info)
+        state = await self.init_state(row, client, model, sampling_args)
         # The ``@vf.cleanup`` methods run once the rollout ends, however it ends (cancellation too).
         try:
-            completion, state = await self._turns(client, model, prompt, state, sampling_args, kwargs)
+            completion, state = await self._turns(
+                client, model, state["prompt"], state, sampling_args, kwargs
+            )
         except BaseException:
             await self._cleanup(state)
             raise
@@ -161,6 +184,8 @@ class MultiTurnEnv(Environment):
         own_is_completed = type(self).is_completed is not MultiTurnEnv.is_completed
         # Working copy of the conversation; the state's prompt stays as given.
         messages: Messages = clean_prompt(prompt)
+        if chat:
+            messages = [as_message(m) for m in messages]
         completion: Messages = [] if chat else ""
         state["completion"] = completion
 
@@ -171,7 +196,7 @@ class MultiTurnEnv(Environment):
                 completion += new if isinstance(new, str) else "".join(str(m.get("content", "")) for m in new)
                 state["completion"] = completion
                 return
-            items = [new] if isinstance(new, dict) else list(new or [])
+            items = [as_message(m) for m in ([new] if isinstance(new, dict) else list(new or []))]
             messages.extend(items)
             completion.extend(items)
 
@@ -232,7 +257,8 @@ class MultiTurnEnv(Environment):
                 if await resolve(self.is_completed(messages, state, **kwargs)):
                     state.setdefault("stop_condition", None)
                     if state["stop_condition"] is None:
-                        state["stop_condition"] = "is_completed" if own_is_completed else "max_turns_reached"
+                        at_limit = self.max_turns > 0 and state["turn"] >= self.max_turns
+                        state["stop_condition"] = "max_turns_reached" if at_limit else "is_completed"
                     break
                 if own_is_completed and await self._stop_reached(state):
                     break

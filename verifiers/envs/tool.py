@@ -33,6 +33,15 @@ from verifiers.utils.tool_utils import format_tool_result, function_to_tool_sche
 _ROLLOUT_STATE: contextvars.ContextVar[State | None] = contextvars.ContextVar("vf_tool_state", default=None)
 
 
+def _has_tool_rubric(rubric: Any) -> bool:
+    """True if ``rubric`` is, or groups, a ``ToolRubric`` (its metrics must not be counted twice)."""
+    from verifiers.rubrics.tool import ToolRubric
+
+    if isinstance(rubric, ToolRubric):
+        return True
+    return any(_has_tool_rubric(member) for member in getattr(rubric, "rubrics", []) or [])
+
+
 class ToolEnv(MultiTurnEnv):
     """Tool-calling environment. ``tool_timeout`` (seconds, None = no limit) bounds each call."""
 
@@ -54,6 +63,13 @@ class ToolEnv(MultiTurnEnv):
         for tool in tools or []:
             schemas.append(self._register(tool, function_to_tool_schema(tool)))
         super().__init__(max_turns=max_turns, oai_tools=schemas, **kwargs)
+        self._tool_monitor = None
+        if self.later_api and not _has_tool_rubric(self.rubric):
+            # 0.1.8+ tracks tool calls (total_tool_calls, <tool>_calls; weight 0).
+            from verifiers.rubrics.tool import ToolRubric
+
+            self._tool_monitor = ToolRubric(tools=list(self.tools), parser=self.parser)
+            self.add_rubric(self._tool_monitor)
 
     def _register(self, tool: Callable[..., Any], schema: dict) -> dict:
         name = tool_name(tool)
@@ -68,6 +84,12 @@ class ToolEnv(MultiTurnEnv):
         if self.oai_tools is None:
             self.oai_tools = []
         self.oai_tools.append(self._register(tool, function_to_tool_schema(tool)))
+        monitor = getattr(self, "_tool_monitor", None)
+        if monitor is not None:
+            from verifiers.rubrics.tool import _call_counter
+
+            monitor.tool_names.append(tool_name(tool))
+            monitor.add_reward_func(_call_counter(tool_name(tool)), weight=0.0)
 
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         last = messages[-1] if messages else {}

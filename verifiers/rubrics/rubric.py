@@ -125,7 +125,14 @@ class Rubric:
     )
     """Argument names a reward function may take; subclasses that provide more extend this."""
 
-    group_arg_names: ClassVar[tuple[str, ...]] = ("prompts", "completions", "answers", "states", "tasks", "infos")
+    group_arg_names: ClassVar[tuple[str, ...]] = (
+        "prompts",
+        "completions",
+        "answers",
+        "states",
+        "tasks",
+        "infos",
+    )
     """Plural names: a function taking any of them is a group reward function (0.1.8+). It is
     called once per group of rollouts of one example with aligned lists, plus the rubric's
     objects (``parser``, ...), and returns one score per rollout."""
@@ -221,9 +228,11 @@ class Rubric:
         group = bool(params & set(self.group_arg_names)) or _returns_list(signature)
         objects = tuple(self.class_objects)
         if group:  # the plural names plus the rubric's objects (parser, judge, ...)
-            allowed = self.group_arg_names + tuple(
-                n for n in self.reward_arg_names if n not in _ROLLOUT_ARGS
-            ) + objects
+            allowed = (
+                self.group_arg_names
+                + tuple(n for n in self.reward_arg_names if n not in _ROLLOUT_ARGS)
+                + objects
+            )
         else:
             allowed = self.reward_arg_names + objects
         for param in signature.parameters.values():
@@ -524,9 +533,7 @@ class Rubric:
                 "pass one entry per rollout in every list",
             )
         specs = list(self._specs)
-        rows_in = [
-            (prompts[i], completions[i], answers[i], states[i], tasks[i], infos[i]) for i in range(n)
-        ]
+        rows_in = [(prompts[i], completions[i], answers[i], states[i], tasks[i], infos[i]) for i in range(n)]
         # 0.1.4 callers pass a flat batch; a group function sees each run of rollouts of one example.
         groups = consecutive_groups(rows_in) if any(spec.group for spec in specs) else [list(range(n))]
         all_scores, all_errors = await self._score_rows(specs, rows_in, groups, kwargs, max_concurrent)
@@ -558,12 +565,20 @@ class Rubric:
     async def _group_scores(self, states: list[State], extra: dict[str, Any]) -> RolloutScores:
         """:meth:`score_group`'s scores, without writing them into the states."""
         rows = [
-            (s.get("prompt"), s.get("completion"), s.get("answer", ""), s, s.get("task", "default"), s.get("info") or {})
+            (
+                s.get("prompt"),
+                s.get("completion"),
+                s.get("answer", ""),
+                s,
+                s.get("task", "default"),
+                s.get("info") or {},
+            )
             for s in states
         ]
         specs = list(self._specs)
         all_scores, all_errors = await self._score_rows(specs, rows, [list(range(len(rows)))], extra)
         return self._collect(specs, list(zip(all_scores, all_errors, strict=True)))
+
 
 def consecutive_groups(rows: Sequence[tuple]) -> list[list[int]]:
     """Indices of ``rows`` split into runs with the same prompt, answer, task and info (the

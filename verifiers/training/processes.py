@@ -147,17 +147,28 @@ def apply_collective_timeout(seconds: float) -> None:
 
 
 _DESTROY_AT_EXIT: list[bool] = []  # registered once per process
+GLOO_WORKER = "pt_gloo_runloop"  # the thread name ProcessGroupGloo gives its worker threads
+DRAIN_SETTLE_S = 0.02  # a worker waiting for the GIL retries every 5 ms (sys.getswitchinterval)
+DRAIN_TIMEOUT_S = 2.0
 
 
 def destroy_group_at_exit() -> None:
-    """Destroy the default process group at interpreter exit, while Python is still whole.
+    """At interpreter exit, while Python is still whole: destroy the default (gloo) process group,
+    then wait until gloo's worker threads are idle (``drain_gloo_workers``).
 
-    Without it, gloo's C++ worker threads can still hold finished collectives' tensors when the
-    interpreter is torn down; freeing them then aborts the process ("terminate called without an
-    active exception", SIGABRT) after a run that succeeded, and torchrun reports the rank failed
-    and stops the others (seen in CI: a 2-process run, rank 1, after "done"). ``atexit`` runs
-    before that teardown; a group already destroyed by the user is left alone. Gloo only: that is
-    where the abort was seen, and NCCL's shutdown at exit has not been run on these machines.
+    Why: a gloo worker thread keeps its last collective (and that collective's tensors) until just
+    after the caller's ``wait()`` returns. When the caller has already dropped those tensors (e.g.
+    ``accelerator.gather``'s temporaries), their Python objects belong to C++, and the worker's
+    release takes the GIL to free them. If the interpreter starts finalizing first, CPython ends
+    that thread with ``pthread_exit`` inside the tensor's ``noexcept`` destructor: ``terminate
+    called without an active exception`` (SIGABRT) after a run that succeeded (core dump:
+    ``runLoop`` -> ``~AsyncAllgatherWork`` -> ``TensorImpl::decref_pyobject`` ->
+    ``gil_scoped_acquire`` -> ``take_gil`` -> ``PyThread_exit_thread``; torchrun then reports
+    the rank failed). ``destroy_process_group`` alone does not stop those threads: DDP (or
+    DeepSpeed) still holds the group, so its destructor, which joins them, runs only in teardown.
+    ``atexit`` runs before that teardown; a group the user already destroyed is left alone (its
+    workers are still drained). Only a gloo group is destroyed: NCCL's shutdown at exit has not
+    been run on these machines.
     """
     dist = torch.distributed
     if _DESTROY_AT_EXIT or not (dist.is_available() and dist.is_initialized()):
@@ -167,10 +178,59 @@ def destroy_group_at_exit() -> None:
     def destroy() -> None:
         if dist.is_initialized() and dist.get_backend() == "gloo":
             dist.destroy_process_group()
+        drain_gloo_workers()  # also after a destroy of the user's own, or for a gloo side group
 
     import atexit
 
     atexit.register(destroy)
+
+
+def drain_gloo_workers(timeout: float = DRAIN_TIMEOUT_S, settle: float = DRAIN_SETTLE_S) -> bool:
+    """Wait (with the GIL released) until every gloo worker thread of this process is idle; whether
+    they are. Idle: asleep, and not woken once during ``settle`` seconds (a worker releasing its last
+    collective runs, or wakes every 5 ms while it waits for the GIL). No worker threads (no
+    collective ran, or not Linux: nothing to read): returns True at once. Call it only after the
+    last collective (e.g. after ``destroy_process_group``): a new one would wake them again."""
+    import time
+
+    before = _gloo_worker_states()
+    if not before:
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(settle)  # sleeping releases the GIL and the CPU to the workers
+        now = _gloo_worker_states()
+        if now == before and all(state == "S" for state, _ in now.values()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        before = now
+
+
+def _gloo_worker_states() -> dict[str, tuple[str, int]]:
+    """``{thread id: (state letter, context switches)}`` of this process's gloo worker threads, from
+    ``/proc/self/task`` (empty where there is none)."""
+    import os
+
+    states = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        base = f"/proc/self/task/{tid}"
+        try:
+            with open(f"{base}/comm") as f:
+                if f.read().strip() != GLOO_WORKER:
+                    continue
+            with open(f"{base}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]  # after "(comm)", which may hold spaces
+            with open(f"{base}/status") as f:
+                switches = sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except (OSError, IndexError, ValueError):  # the thread ended while we read it
+            continue
+        states[tid] = (state, switches)
+    return states
 
 
 def cpu_distributed_backend(args: Any) -> None:
