@@ -47,6 +47,10 @@ mean_reward() {
 }
 steps=${VF_DEMO_STEPS:-20}
 env=${VF_DEMO_ENV:-arithmetic}
+# The CPU recipe: configs/vf-rl/NAME-cpu.toml where the plain NAME.toml is the guides' GPU recipe
+# (reverse-text), else NAME.toml.
+config=configs/vf-rl/$env.toml
+[ -f "configs/vf-rl/$env-cpu.toml" ] && config=configs/vf-rl/$env-cpu.toml
 
 echo "[demo] preparing SmolLM2-135M-Instruct (converted once, then cached)" >&2
 model=$(vf-models smollm2 | tail -n 1)
@@ -57,7 +61,7 @@ start_server outputs/demo-vf-vllm.log --served-model-name smollm2
 
 echo "[demo] evaluating the base model on $env" >&2
 # Sample as the trainer does: its max_tokens (per turn) from the config, temperature 1.
-max_tokens=$(python - "configs/vf-rl/$env.toml" <<'PY'
+max_tokens=$(python - "$config" <<'PY'
 import sys
 try:
     import tomllib
@@ -70,8 +74,8 @@ eval_args=(-b "http://127.0.0.1:$port/v1" -n 20 -r 2 -t "$max_tokens" -T 1.0 -s)
 vf-eval "$env" -m smollm2 "${eval_args[@]}"
 stop_server
 
-echo "[demo] training LoRA with GRPO for $steps steps (vf-rl @ configs/vf-rl/$env.toml)" >&2
-vf-rl @ "configs/vf-rl/$env.toml" --inference.port "$port" --trainer.args.max_steps "$steps" "$@"
+echo "[demo] training LoRA with GRPO for $steps steps (vf-rl @ $config)" >&2
+vf-rl @ "$config" --inference.port "$port" --trainer.args.max_steps "$steps" "$@"
 adapter=$(ls -d "outputs/$env"/checkpoint-* | sort -t- -k2 -n | tail -n 1)
 
 echo "[demo] evaluating the trained adapter ($adapter) on the same rows" >&2
