@@ -528,3 +528,15 @@ def test_ipc_needs_what_vllms_ipc_engine_imports(monkeypatch):
     assert cli.choose_weight_transfer(a, True, lambda: 1) is None and a.weight_transfer_config == {
         "backend": "ipc"
     }
+
+
+def test_vf_vllm_environment_defaults_keep_what_the_user_set():
+    from verifiers.cli.vllm import SERVER_ENV_DEFAULTS, server_env_defaults
+
+    env = {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "9"}
+    server_env_defaults(env)
+    assert env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == "9"  # the user's value stays
+    assert env["VLLM_ENFORCE_STRICT_TOOL_CALLING"] == "0"
+    # The server keeps idle connections longer than httpx's pool does (5 s), so the client
+    # always closes first and never sends on a connection the server is closing.
+    assert int(SERVER_ENV_DEFAULTS["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 5

@@ -55,7 +55,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 from verifiers.cli.common import int_at_least, positive_float
 from verifiers.cli.vllm_flags import RETIRED, drop_retired_flags
@@ -512,6 +512,27 @@ async def run_server(args, settings) -> None:
             cleanup(state)
 
 
+# vLLM settings vf-vllm changes unless the user set them. Set before the engine starts (its
+# workers inherit them).
+SERVER_ENV_DEFAULTS = {
+    # Tool schemas are 0.1.4's, marked "strict" (verifiers.utils.tool_utils). vLLM then constrains
+    # tool calls with a grammar, which 0.1.4's vLLM did not, and the returned log-probs would no
+    # longer be those of free sampling, which the trainer's importance ratio assumes.
+    "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0",
+    # httpx (under the openai client) drops a pooled connection after 5 s idle, and vLLM's server
+    # closed idle connections after 5 s too: a request sent on a connection the server was closing
+    # at that moment failed with "Server disconnected" (seen: 3 of 1,000 rollouts in the load
+    # test, which allows no retries). A longer server keep-alive leaves closing to the client.
+    "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
+}
+
+
+def server_env_defaults(environ: MutableMapping[str, str]) -> None:
+    """Put :data:`SERVER_ENV_DEFAULTS` into ``environ`` where the user has not set them."""
+    for name, value in SERVER_ENV_DEFAULTS.items():
+        environ.setdefault(name, value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         import vllm  # noqa: F401
@@ -532,11 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     api.cli_env_setup()
-    # Tool schemas are 0.1.4's, marked "strict" (verifiers.utils.tool_utils). vLLM then constrains
-    # tool calls with a grammar, which 0.1.4's vLLM did not, and the returned log-probs would no
-    # longer be those of free sampling, which the trainer's importance ratio assumes. Set before
-    # the engine starts, so its workers inherit it; an explicit value is kept.
-    os.environ.setdefault("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
+    server_env_defaults(os.environ)
     try:
         args, settings = parse_args(argv)
         api.configure_logging_from_args(args)
