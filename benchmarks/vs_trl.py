@@ -138,10 +138,10 @@ def _thread_governor(trainer, threads: int):
 
 
 def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from verifiers.training.logprobs import can_pack
+    from verifiers.training.loss.logprobs import can_pack
 
     if args.min_tokens:  # vLLM's min_tokens (sent in extra_body): no EOS before min_tokens tokens
-        import verifiers.training.generator as generator
+        import verifiers.training.generation.generator as generator
 
         plain = generator.sampling_args_from_config
         generator.sampling_args_from_config = lambda a: {**plain(a), "min_tokens": args.min_tokens}
@@ -486,7 +486,7 @@ def differing_settings(args: argparse.Namespace) -> dict[str, str]:
         "(default cap/mask band); TRL: none without vLLM (sampling and training model are the same)",
         "scale_rewards": "same meaning, different spelling: ours False, TRL 'none'",
         "training layout": "ours: a micro-batch is one group (8 completions of one prompt), run as one packed "
-        "sequence, the prompt once and no padding (verifiers.training.logprobs.packed_logprobs); TRL: each "
+        "sequence, the prompt once and no padding (verifiers.training.loss.logprobs.packed_logprobs); TRL: each "
         "row separately, prompts left-padded and completions right-padded to the generation batch's longest",
         "log-probs": "ours: logits from the first completion token on, chunked log-softmax; TRL: its fused "
         "LM head over completion tokens only",
@@ -594,7 +594,7 @@ def main() -> None:
             "V_times_d": ours["params"]["head"],
             "T_real": "real (unpadded) token positions the model ran for the step: prompt + completion per "
             "row; for ours a prompt shared by a micro-batch's rows (one GRPO group) counts once, since it runs "
-            "once (verifiers.training.logprobs.can_pack)",
+            "once (verifiers.training.loss.logprobs.can_pack)",
         },
         "phases": {
             "ours": "generation_s: one batch's env.a_generate on the server (in the background, overlapping "

@@ -123,12 +123,12 @@ PAGES: dict[str, tuple[str, str, list[str]]] = {
         "Training",
         "GRPO training (needs the `train` extra). Guide: [Training](../training.md).",
         [
-            "verifiers.training.config:GRPOConfig",
-            "verifiers.training.config:grpo_defaults",
-            "verifiers.training.config:lora_defaults",
+            "verifiers.training.config.fields:GRPOConfig",
+            "verifiers.training.config.fields:grpo_defaults",
+            "verifiers.training.config.fields:lora_defaults",
             "verifiers.training.trainer:GRPOTrainer",
-            "verifiers.training.rl:RLConfig",
-            "verifiers.training.rl:RLTrainer",
+            "verifiers.training.rl.config:RLConfig",
+            "verifiers.training.rl.config:RLTrainer",
         ],
     ),
     "models.md": (

@@ -13,7 +13,7 @@ Without CUDA ``--dry-run`` is implied. Each check prints one line,
 The checks (see CHECKS below; docs/gpu.md says what each one proves):
 
 * the trainer's step on the device in bf16, with LoRA and with full fine-tuning, on
-  verifiers' own GRPO loss (verifiers/training/losses.py); the step-0 importance ratio
+  verifiers' own GRPO loss (verifiers/training/loss/losses.py); the step-0 importance ratio
   (training forward against the no-grad forward that scored the batch) is 1 within 1e-3;
 * FSDP2 with one process (``fully_shard`` on a 1-rank group, bf16 mixed precision): a step,
   then what a sync sends (the serving dtype, not the fp32 master weights);
@@ -231,7 +231,7 @@ def _train(model, ctx: Context, steps: int = 2, lr: float = 1e-3) -> dict[str, A
     """``steps`` optimizer steps of verifiers' GRPO loss on one batch; losses, step-0 ratio, s/step."""
     import torch
 
-    from verifiers.training.losses import compute_loss
+    from verifiers.training.loss.losses import compute_loss
 
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
@@ -408,7 +408,7 @@ def fsdp2_one_process(ctx: Context) -> str:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from verifiers.training.sync import WeightSyncer
+    from verifiers.training.weights.sync import WeightSyncer
 
     backend = "nccl" if ctx.cuda else "gloo"
     with _one_rank_group(backend):
@@ -442,8 +442,8 @@ def zero3_one_process(ctx: Context) -> str:
     import deepspeed
     import torch
 
-    from verifiers.training.losses import compute_loss
-    from verifiers.training.sync import WeightSyncer, zero3_gather
+    from verifiers.training.loss.losses import compute_loss
+    from verifiers.training.weights.sync import WeightSyncer, zero3_gather
 
     with _one_rank_group("nccl" if ctx.cuda else "gloo"):
         model = _load(ctx.tiny(), ctx, torch.float32)
@@ -482,7 +482,7 @@ def sync_full_vs_checkpoint(ctx: Context) -> str:
     """A full sync of the freshly loaded tiny model: exactly the checkpoint's tensors, in the serving dtype, in one transaction."""
     import torch
 
-    from verifiers.training.sync import WeightSyncer
+    from verifiers.training.weights.sync import WeightSyncer
 
     model = _load(ctx.tiny(), ctx, torch.float32)
     client = RecordingClient()
@@ -497,7 +497,7 @@ def sync_fused_moe(ctx: Context) -> str:
     """A Qwen3-MoE whose experts transformers fuses into 3-D tensors syncs under the checkpoint's per-expert names."""
     import torch
 
-    from verifiers.training.sync import WeightSyncer
+    from verifiers.training.weights.sync import WeightSyncer
 
     path = ctx.tiny_moe()
     model = _load(path, ctx, torch.float32)
@@ -521,7 +521,7 @@ def sync_merged_lora(ctx: Context) -> str:
     import peft
     import torch
 
-    from verifiers.training.sync import WeightSyncer
+    from verifiers.training.weights.sync import WeightSyncer
 
     base = _load(ctx.tiny(), ctx, torch.float32)
     cfg = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
@@ -542,7 +542,7 @@ def peft_adapter_roundtrip(ctx: Context) -> str:
     import torch
     from safetensors.torch import save_file
 
-    from verifiers.training.sync import WeightSyncer
+    from verifiers.training.weights.sync import WeightSyncer
 
     cfg = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     model = peft.get_peft_model(_load(ctx.tiny(), ctx, torch.float32), cfg)

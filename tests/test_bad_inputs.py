@@ -112,13 +112,13 @@ def toml(replace: dict[str, str] | None = None, append: str = "") -> Callable[[P
 
 
 def grpo(workdir: Path, **kw: Any):
-    from verifiers.training.config import GRPOConfig
+    from verifiers.training.config.fields import GRPOConfig
 
     return GRPOConfig(output_dir=str(workdir / "out"), report_to="none", use_cpu=True, **kw)
 
 
 def rl(**kw: Any):
-    from verifiers.training.rl import RLConfig
+    from verifiers.training.rl.config import RLConfig
 
     return RLConfig(output_dir="out", **kw)
 
@@ -487,7 +487,7 @@ PROCESS_CASES = [
      {}, ["outputs"], r"cannot connect to", r"start the server"),
     ("vf-init-bad-name", ["verifiers.cli.init", "2fast"], {}, ["environments"],
      r"not a valid environment name", r"starting with a letter"),
-    ("vf-rl-unknown-key", ["verifiers.cli.rl", "@", "cfg.toml", "--dry-run"],
+    ("vf-rl-unknown-key", ["verifiers.cli.rl.plan", "@", "cfg.toml", "--dry-run"],
      {"cfg.toml": TOML.replace("max_steps = 3", "max_step = 3")}, ["outputs"],
      r"unknown key 'trainer\.args\.max_step'", r"did you mean 'max_steps'"),
     ("vf-vllm-model-not-found", ["verifiers.cli.vllm", "--model", "/no/such/model-dir", "--port", "{port}"],

@@ -492,7 +492,7 @@ def test_tool_envs_show_worked_calls_whose_results_are_the_tools_own(env_id):
 def test_worked_examples_render_as_hermes_calls_for_smollm2(env_id, smol_tokenizer):
     """Through verifiers' tool template, SmolLM2 sees each worked call as a <tool_call> block."""
     from verifiers.envs.dataset_format import clean_prompt
-    from verifiers.rollout.tokens import render_chat_ids
+    from verifiers.tokenization.assembly import render_chat_ids
 
     env = vf.load_environment(env_id)
     ids = render_chat_ids(smol_tokenizer, clean_prompt(env.eval_dataset[0]["prompt"]), True, env.oai_tools)

@@ -144,7 +144,7 @@ def test_vf_rl_plain_cpu_config_starts_its_server_and_trains(tiny_model_dir, tmp
     }
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     out = subprocess.run(
-        [sys.executable, "-m", "verifiers.cli.rl", "@", str(cfg), "--no-tmux"],
+        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     text = out.stdout + out.stderr

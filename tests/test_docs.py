@@ -98,7 +98,7 @@ ARGPARSE_CLIS = {
     "vf-models": "verifiers.cli.models",
     "vf-setup": "verifiers.cli.setup",
 }
-TOML_CLIS = {"vf-rl": "verifiers.cli.rl", "vf-train": "verifiers.cli.train"}
+TOML_CLIS = {"vf-rl": "verifiers.cli.rl.plan", "vf-train": "verifiers.cli.train"}
 
 # -- parsing pages ------------------------------------------------------------------------------
 
@@ -590,7 +590,7 @@ def check_toml_cli(block: Block, words: list[str]) -> None:
     pytest.importorskip("transformers")
     import importlib
 
-    from verifiers.cli.toml_config import load_config, parse_command_line
+    from verifiers.cli.run_config.load import load_config, parse_command_line
 
     module = importlib.import_module(TOML_CLIS[words[0]])
     flags = getattr(module, "FLAGS", {})
@@ -620,7 +620,7 @@ def test_toml_blocks_parse() -> None:
                     pytest.fail(f"{block.where}: {e}")
                 if "vf-rl" in block.tags:  # a vf-rl / vf-train config: validate it like vf-rl does
                     pytest.importorskip("transformers")
-                    from verifiers.cli.toml_config import parse_config
+                    from verifiers.cli.run_config.load import parse_config
 
                     try:
                         parse_config(raw)
@@ -681,7 +681,7 @@ def test_grpo_config_table_matches_the_code() -> None:
     import dataclasses
     import inspect
 
-    from verifiers.training.config import GRPOConfig
+    from verifiers.training.config.fields import GRPOConfig
 
     text = (DOCS / "training.md").read_text(encoding="utf-8")
     reference = _section(text, "## GRPOConfig reference")
@@ -706,7 +706,7 @@ def test_rl_config_table_matches_the_code() -> None:
     pytest.importorskip("transformers")
     import dataclasses
 
-    from verifiers.training.rl import RLConfig
+    from verifiers.training.rl.config import RLConfig
 
     text = (DOCS / "rl-trainer.md").read_text(encoding="utf-8")
     rows = _table_defaults(_section(text, "## RLConfig reference").split("### ")[0])

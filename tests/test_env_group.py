@@ -90,7 +90,7 @@ def plain(name: str, n: int) -> SingleTurnEnv:
 
 
 def test_weighted_group_draws_rows_by_weight_not_by_size():
-    from verifiers.training.producer import PromptStream
+    from verifiers.training.generation.producer import PromptStream
 
     # a: 10 rows, b: 300 rows; weights 3:1 turn the size ratio around.
     group = EnvGroup([plain("a", 10), plain("b", 300)], env_names=["a", "b"], weights=[3, 1.0], seed=0)
@@ -181,7 +181,7 @@ gpus = 0
 def test_toml_env_weights_become_the_group_weights(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import verifiers as vf
-    from verifiers.cli import toml_config, train
+    from verifiers.cli.run_config import load as toml_config, train
 
     monkeypatch.setattr(vf, "load_environment", lambda env_id, n: plain(env_id, n))
 

@@ -313,7 +313,7 @@ async def test_context_overflow_ends_rollout_as_truncated():
 
 
 def test_process_env_results_delegates(monkeypatch):
-    import verifiers.rollout.tokens as tokens
+    import verifiers.tokenization.assembly as tokens
 
     seen = {}
 

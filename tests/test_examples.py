@@ -426,6 +426,6 @@ def test_grpo_example_trains_one_step(env_dir, tiny_model_dir, tmp_path, monkeyp
 def test_vf_rl_commands_in_docstrings_validate(env_dir):
     """Each `vf-rl @ ...` command a GRPO example shows passes vf-rl's own checks (--dry-run)."""
     for cmd in vf_rl_commands(docstring(GRPO_SCRIPTS[env_dir])):
-        argv = [sys.executable, "-m", "verifiers.cli.rl", *cmd[1:], "--dry-run"]
+        argv = [sys.executable, "-m", "verifiers.cli.rl.plan", *cmd[1:], "--dry-run"]
         proc = subprocess.run(argv, cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{shlex.join(cmd)}\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}"

@@ -92,7 +92,7 @@ def test_unknown_check_name_is_refused(gc):
 @pytest.mark.parametrize("mode", ["ipc", "merged", "lora"])
 def test_gpu_run_configs_pass_vf_trains_schema(gc, tmp_path, mode):
     """The vf-train config each sync mode's GPU run uses is valid here, before any GPU time is spent."""
-    from verifiers.cli import toml_config as tc
+    from verifiers.cli.run_config import load as tc
 
     path = tmp_path / "run.toml"
     path.write_text(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from verifiers.cli import rl as rl_cli
-from verifiers.cli import toml_config as tc
+from verifiers.cli.rl import plan as rl_cli
+from verifiers.cli.run_config import load as tc
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "vf-rl"

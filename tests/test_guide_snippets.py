@@ -28,10 +28,10 @@ import verifiers as vf  # noqa: E402
 from verifiers.cli import eval as vf_eval  # noqa: E402
 from verifiers.cli import install as vf_install  # noqa: E402
 from verifiers.cli import setup as vf_setup  # noqa: E402
-from verifiers.cli import toml_config as tc  # noqa: E402
+from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training.batch_layout import generation_plan, resolve_batch_layout  # noqa: E402
-from verifiers.training.producer import cap_completions, sampling_args_from_config  # noqa: E402
+from verifiers.training.config.batch_layout import generation_plan, resolve_batch_layout  # noqa: E402
+from verifiers.training.generation.producer import cap_completions, sampling_args_from_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +205,7 @@ def test_producer_generates_a_step_in_rounds_of_the_generation_batch():
     import asyncio
 
     from tests.training.test_generator import DATASET, FakeEnv
-    from verifiers.training.producer import PromptStream, RolloutProducer
+    from verifiers.training.generation.producer import PromptStream, RolloutProducer
 
     env = FakeEnv()
     producer = RolloutProducer(
@@ -478,8 +478,8 @@ def test_the_guides_import_path():
     from verifiers.rl.trainer.trainer import GRPOTrainer
 
     assert RLTrainer is vf.RLTrainer and RLConfig is vf.RLConfig and GRPOTrainer is vf.GRPOTrainer
-    assert BatchGenerator.__module__ == "verifiers.training.generator"
-    assert RolloutProducer.__module__ == "verifiers.training.producer"
+    assert BatchGenerator.__module__ == "verifiers.training.generation.generator"
+    assert RolloutProducer.__module__ == "verifiers.training.generation.producer"
     for module in ("trainer.py", "orchestrator.py"):  # the guide: files in verifiers/rl/trainer/
         assert (ROOT / "verifiers" / "rl" / "trainer" / module).is_file()
 
@@ -645,7 +645,7 @@ def test_the_hub_model_of_the_quick_start_fails_in_one_line_offline(monkeypatch)
 @pytest.fixture
 def counted(monkeypatch):
     """Counts the batches the producer generates (every batch the trainer could have trained)."""
-    from verifiers.training import producer as P
+    from verifiers.training.generation import producer as P
 
     made: list[int] = []
     real = P.RolloutProducer.produce

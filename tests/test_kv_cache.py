@@ -1,4 +1,4 @@
-"""Sizing vLLM's KV cache from the run (verifiers/cli/kv_cache.py) and what vf-rl asks for."""
+"""Sizing vLLM's KV cache from the run (verifiers/inference/kv_cache.py) and what vf-rl asks for."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verifiers.cli.kv_cache import (
+from verifiers.inference.kv_cache import (
     TOKEN_GRANULE,
     MiB,
     cache_dtype_bytes,
@@ -80,7 +80,7 @@ def test_bad_arguments():
 
 def test_vf_rl_asks_for_the_sequences_in_flight_times_max_seq_len():
     pytest.importorskip("transformers")
-    from verifiers.cli.rl import run_kv_tokens
+    from verifiers.cli.rl.plan import run_kv_tokens
 
     rl = SimpleNamespace(batch_size=32, max_concurrent=1024, max_seq_len=512)
     assert run_kv_tokens(rl) == 32 * 512

@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verifiers.cli import rl as rl_cli  # noqa: E402
+from verifiers.cli.rl import plan as rl_cli  # noqa: E402
 from verifiers.cli import setup as setup_cli  # noqa: E402
-from verifiers.cli import toml_config as tc  # noqa: E402
+from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.cli import train as train_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_dry_run_kv_cache_is_sized_for_the_run_on_cpu_only(config_file, capsys):
 
 
 def test_dry_run_resume_and_hub_style_env_id(config_file, capsys, tmp_path, monkeypatch):
-    from verifiers.training import checkpoint as ckpt
+    from verifiers.training.lifecycle import checkpoint as ckpt
 
     monkeypatch.syspath_prepend(str(ROOT / "environments" / "reverse_text"))
     out = tmp_path / "out"
@@ -235,7 +235,7 @@ def test_vf_train_bad_input(tmp_path, config_file, capsys):
 def test_cli_entry_points_exist():
     text = (ROOT / "setup.py").read_text()
     for script in (
-        "vf-rl=verifiers.cli.rl:main",
+        "vf-rl=verifiers.cli.rl.plan:main",
         "vf-train=verifiers.cli.train:main",
         "vf-setup=verifiers.cli.setup:main",
     ):
@@ -266,7 +266,7 @@ def test_vf_rl_subprocess_error_has_no_traceback(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(CONFIG + "max_step = 2\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "verifiers.cli.rl", "@", str(cfg), "--dry-run"],
+        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--dry-run"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 
 from tests.test_rl_cli import CONFIG  # noqa: E402 (the same config as the dry runs)
 from tests.vllm_server import free_port  # noqa: E402
-from verifiers.cli import rl as rl_cli  # noqa: E402
-from verifiers.cli import toml_config as tc  # noqa: E402
+from verifiers.cli.rl import plan as rl_cli  # noqa: E402
+from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.errors import ServerError, ServerTimeoutError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ TMUX_CHILD = """
 import sys
 from pathlib import Path
 import tests.test_rl_launcher as T
-from verifiers.cli import rl as rl_cli
+from verifiers.cli.rl import plan as rl_cli
 tmp, port, code = Path(sys.argv[1]), T.free_port(), sys.argv[2]
 plan = T.make_plan(tmp, T.fake_server(tmp, port), T.fake_trainer(code), port=port)
 rc = rl_cli.Launcher(plan, use_tmux=True).run()

@@ -26,8 +26,8 @@ pytest.importorskip("transformers")
 
 from tests.test_rl_launcher import FAKE_SERVER, ROOT, gone, make_plan, on_a_terminal  # noqa: E402
 from tests.vllm_server import free_port  # noqa: E402
-from verifiers.cli import rl_launcher  # noqa: E402
-from verifiers.cli.rl_launcher import DRAIN_LINE, Launcher  # noqa: E402
+from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
+from verifiers.cli.rl.launcher import DRAIN_LINE, Launcher  # noqa: E402
 from verifiers.errors import ServerError  # noqa: E402
 
 
@@ -196,7 +196,7 @@ import sys
 from pathlib import Path
 import tests.test_rl_supervision as T
 from tests.test_rl_launcher import make_plan
-from verifiers.cli import rl_launcher
+from verifiers.cli.rl import launcher as rl_launcher
 from verifiers.cli.common import run_cli
 tmp, port, save_s, tmux = Path(sys.argv[1]), T.free_port(), float(sys.argv[2]), sys.argv[3] == "tmux"
 plan = make_plan(tmp, T.flaky_server(tmp, port, "600"), T.contract_trainer(tmp, save_s=save_s), port=port)
@@ -268,7 +268,7 @@ import sys
 from pathlib import Path
 import tests.test_rl_supervision as T
 from tests.test_rl_launcher import make_plan, fake_server
-from verifiers.cli import rl_launcher
+from verifiers.cli.rl import launcher as rl_launcher
 from verifiers.cli.common import run_cli
 tmp = Path(sys.argv[1])
 plan = make_plan(tmp, fake_server(tmp, {port}, delay=60), T.contract_trainer(tmp), port={port})
@@ -341,7 +341,7 @@ def test_vf_rl_run_survives_its_server_killed_mid_run(tiny_model_dir, tmp_path):
     run = tmp_path / "outputs" / "resume-e2e"
     logs = run / "logs"
     child = subprocess.Popen(
-        [sys.executable, "-m", "verifiers.cli.rl", "@", str(cfg), "--no-tmux"],
+        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:

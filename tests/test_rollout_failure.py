@@ -13,7 +13,7 @@ from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.envs.singleturn import SingleTurnEnv
 from verifiers.envs.state import new_state
 from verifiers.errors import ServerError, ServerTimeoutError
-from verifiers.rollout.failure import (
+from verifiers.failures import (
     ROLLOUT_ENDING,
     FailureKind,
     RolloutFailure,
@@ -22,7 +22,7 @@ from verifiers.rollout.failure import (
     record_failure,
 )
 from verifiers.rubrics.rubric import Rubric
-from verifiers.training.metrics import BATCH_COUNTERS, failure_counts, rollout_metrics
+from verifiers.training.metrics.step import BATCH_COUNTERS, failure_counts, rollout_metrics
 from verifiers.types import GenerateOutputs
 from verifiers.utils.logging import reset_warn_once
 

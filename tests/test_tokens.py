@@ -13,7 +13,7 @@ import math
 import pytest
 
 from verifiers.errors import ConfigError
-from verifiers.rollout.tokens import process_rollouts
+from verifiers.tokenization.assembly import process_rollouts
 from verifiers.types import TurnTokens
 from verifiers.utils.logging import reset_warn_once
 

@@ -10,9 +10,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.test_toml_config import BASE  # noqa: E402 (the same minimal config)
-from verifiers.cli import toml_config as tc  # noqa: E402
+from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training.rl import RLConfig  # noqa: E402
+from verifiers.training.rl.config import RLConfig  # noqa: E402
 
 
 @pytest.fixture

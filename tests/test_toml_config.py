@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.configs import TRAINER_TABLES  # noqa: E402
-from verifiers.cli import toml_config as tc  # noqa: E402
+from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -405,7 +405,7 @@ def test_false_inference_flags_follow_vllms_parser():
 
 
 def test_resume_from_checkpoint_is_kept_for_train_and_checked_up_front(tmp_path):
-    from verifiers.training import checkpoint as ckpt
+    from verifiers.training.lifecycle import checkpoint as ckpt
 
     out = tmp_path / "out"
     with_out = BASE + f'output_dir = "{out}"\n'

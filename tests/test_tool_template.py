@@ -1,4 +1,4 @@
-"""Tools reach every model: verifiers' tool chat template (verifiers/rollout/chat_template.py).
+"""Tools reach every model: verifiers' tool chat template (verifiers/tokenization/chat_template.py).
 
 SmolLM2's chat template (also the tiny test model's) ignores ``tools``. The fallback
 must be detected, render schemas, tool calls and tool results in the model's own
@@ -15,7 +15,7 @@ import json
 import pytest
 
 from verifiers.errors import ConfigError
-from verifiers.rollout.chat_template import (
+from verifiers.tokenization.chat_template import (
     ENV_VAR,
     effective_chat_template,
     is_tool_template,
@@ -24,7 +24,7 @@ from verifiers.rollout.chat_template import (
     server_tools,
     wrap_chat_template,
 )
-from verifiers.rollout.tokens import prompt_length, render_chat_ids
+from verifiers.tokenization.assembly import prompt_length, render_chat_ids
 
 ADD = {
     "type": "function",
@@ -218,7 +218,7 @@ def test_vf_vllm_serves_the_fallback_unless_told_otherwise(tiny_model_dir, tmp_p
     assert (
         args.chat_template == str(mine) and args.tool_call_parser is None and settings.tool_template is None
     )
-    ours = tmp_path / "ours.jinja"  # a file written by `python -m verifiers.rollout.chat_template`
+    ours = tmp_path / "ours.jinja"  # a file written by `python -m verifiers.tokenization.chat_template`
     ours.write_text(wrap_chat_template(TOOLS_TEMPLATE))
     args, _ = parse_args([*base, "--chat-template", str(ours)])
     assert (
@@ -231,7 +231,7 @@ def test_vf_vllm_serves_the_fallback_unless_told_otherwise(tiny_model_dir, tmp_p
 
 
 def test_vf_rl_gives_the_trainer_the_servers_template():
-    from verifiers.cli.rl import trainer_template_env
+    from verifiers.cli.rl.plan import trainer_template_env
 
     assert trainer_template_env({}) == {}
     assert trainer_template_env({"no_tool_template": False}) == {}

@@ -69,12 +69,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "get_model": ("verifiers.models", "train"),
     "get_tokenizer": ("verifiers.models", "train"),
     "get_model_and_tokenizer": ("verifiers.models", "train"),
-    "GRPOConfig": ("verifiers.training.config", "train"),
-    "grpo_defaults": ("verifiers.training.config", "train"),
-    "lora_defaults": ("verifiers.training.config", "train"),
+    "GRPOConfig": ("verifiers.training.config.fields", "train"),
+    "grpo_defaults": ("verifiers.training.config.fields", "train"),
+    "lora_defaults": ("verifiers.training.config.fields", "train"),
     "GRPOTrainer": ("verifiers.training.trainer", "train"),
-    "RLConfig": ("verifiers.training.rl", "train"),
-    "RLTrainer": ("verifiers.training.rl", "train"),
+    "RLConfig": ("verifiers.training.rl.config", "train"),
+    "RLTrainer": ("verifiers.training.rl.config", "train"),
     "MathRubric": ("verifiers.rubrics.math_rubric", "envs"),
     "VLLMClient": ("verifiers.inference.client", "train"),
 }
@@ -154,6 +154,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from verifiers.inference.client import VLLMClient  # noqa: F401
     from verifiers.models import get_model, get_model_and_tokenizer, get_tokenizer  # noqa: F401
     from verifiers.rubrics.math_rubric import MathRubric  # noqa: F401
-    from verifiers.training.config import GRPOConfig, grpo_defaults, lora_defaults  # noqa: F401
-    from verifiers.training.rl import RLConfig, RLTrainer  # noqa: F401
+    from verifiers.training.config.fields import GRPOConfig, grpo_defaults, lora_defaults  # noqa: F401
+    from verifiers.training.rl.config import RLConfig, RLTrainer  # noqa: F401
     from verifiers.training.trainer import GRPOTrainer  # noqa: F401

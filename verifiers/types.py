@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict, Union
 
 # Re-exported: the typed failure a rollout state carries (defined with its kinds in rollout/failure.py).
-from verifiers.rollout.failure import FailureKind, RolloutFailure  # noqa: F401
+from verifiers.failures import FailureKind, RolloutFailure  # noqa: F401
 
 ChatMessage = dict[str, Any]
 """An OpenAI chat message: ``{"role": ..., "content": ..., ["tool_calls" | "tool_call_id"]}``."""

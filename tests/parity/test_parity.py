@@ -405,7 +405,7 @@ def ours_process(case, tokenizer):
 
 def env_positions(case, i, tokenizer) -> list[bool]:
     """Per completion token of rollout ``i``: True where it is environment text (not sampled)."""
-    from verifiers.rollout.tokens import turns_from_responses
+    from verifiers.tokenization.assembly import turns_from_responses
 
     turns = turns_from_responses(case["prompts"][i], case["completions"][i], case["states"][i], tokenizer)
     flags: list[bool] = [False] * len(turns[0].completion_ids)

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import verifiers as vf
     import verifiers.training.trainer as trainer_module
-    from verifiers.training.logprobs import sequence_logprobs
+    from verifiers.training.loss.logprobs import sequence_logprobs
 
     real_gather = trainer_module.zero3_gather
 

@@ -185,7 +185,7 @@ class FootprintSampler(TrainerCallback):
 # ---- the run ---------------------------------------------------------------------------------------
 def config(out: str, port: int, steps: int, save_steps: int):
     """As small a step as trains for real: 2 prompts × 2 rollouts of ≤ 8 tokens, LoRA, one batch ahead."""
-    from verifiers.training.rl import RLConfig
+    from verifiers.training.rl.config import RLConfig
 
     return RLConfig(
         run_name="soak",
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import verifiers as vf
     from tests.training.resume_run import char_length_reward
-    from verifiers.training.rl import RLTrainer
+    from verifiers.training.rl.config import RLTrainer
 
     rows = {"question": [f"Count to {i}." for i in range(8)], "answer": [""] * 8}
     env = vf.SingleTurnEnv(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from verifiers.errors import ConfigError
-from verifiers.training.batch_layout import BatchLayout, rollout_layout
+from verifiers.training.config.batch_layout import BatchLayout, rollout_layout
 
 
 def test_rollout_counts_worked_by_hand():
@@ -40,8 +40,8 @@ def test_bad_rollout_counts_are_one_line_in_their_own_names(args, message):
 
 def test_both_configs_use_the_one_rule(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
-    from verifiers.training.config import GRPOConfig
-    from verifiers.training.rl import RLConfig
+    from verifiers.training.config.fields import GRPOConfig
+    from verifiers.training.rl.config import RLConfig
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     rl = RLConfig(output_dir=str(tmp_path), batch_size=32, micro_batch_size=4, rollouts_per_example=8)

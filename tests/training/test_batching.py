@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from verifiers.training.batching import (  # noqa: E402
+from verifiers.training.batch.tensors import (  # noqa: E402
     TrainBatch,
     build_train_batch,
     even_slices,

@@ -1,4 +1,4 @@
-"""Checkpoints as data (verifiers/training/checkpoint.py): what GRPOTrainer adds to a checkpoint
+"""Checkpoints as data (verifiers/training/lifecycle/checkpoint.py): what GRPOTrainer adds to a checkpoint
 is tensors and plain containers with a format version, read with ``weights_only=True``."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training import checkpoint as ckpt  # noqa: E402
-from verifiers.training.buffer import Buffer  # noqa: E402
-from verifiers.training.producer import GeneratedBatch  # noqa: E402
+from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
+from verifiers.training.batch.prepared import Buffer  # noqa: E402
+from verifiers.training.generation.producer import GeneratedBatch  # noqa: E402
 from verifiers.types import GenerateOutputs, ProcessedOutputs  # noqa: E402
 
 

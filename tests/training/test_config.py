@@ -10,8 +10,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training import config as config_mod  # noqa: E402
-from verifiers.training.config import (  # noqa: E402
+from verifiers.training.config import fields as config_mod  # noqa: E402
+from verifiers.training.config.fields import (  # noqa: E402
     GRPOConfig,
     grpo_defaults,
     lora_defaults,
@@ -65,7 +65,7 @@ def make(**kw) -> GRPOConfig:
 
 @pytest.fixture
 def warnings_seen():
-    """Messages logged by verifiers.training.config (independent of propagation settings)."""
+    """Messages logged by verifiers.training.config.fields (independent of propagation settings)."""
     reset_warn_once()
     seen: list[str] = []
 

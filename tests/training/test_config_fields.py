@@ -16,10 +16,10 @@ from transformers import TrainingArguments  # noqa: E402
 
 import verifiers  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training import config as config_mod  # noqa: E402
-from verifiers.training.config import GRPOConfig, grpo_defaults, lora_defaults  # noqa: E402
-from verifiers.training.producer import sampling_args_from_config  # noqa: E402
-from verifiers.training.rl import RLConfig, SampleSchedule  # noqa: E402
+from verifiers.training.config import fields as config_mod  # noqa: E402
+from verifiers.training.config.fields import GRPOConfig, grpo_defaults, lora_defaults  # noqa: E402
+from verifiers.training.generation.producer import sampling_args_from_config  # noqa: E402
+from verifiers.training.rl.config import RLConfig, SampleSchedule  # noqa: E402
 
 SOURCE = Path(verifiers.__file__).parent
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from verifiers.errors import ConfigError
-from verifiers.training.cpu_phases import choose_phases, describe, plan_phases
+from verifiers.training.generation.cpu_phases import choose_phases, describe, plan_phases
 
 
 def plan(setting, ahead=1, server="cpu", same=True, trainer="cpu"):
@@ -55,7 +55,7 @@ def args(setting="auto", ahead=1, device="cpu"):
 
 
 def test_choose_phases_asks_the_server_and_logs_one_line(caplog):
-    with caplog.at_level(logging.INFO, logger="verifiers.training.cpu_phases"):
+    with caplog.at_level(logging.INFO, logger="verifiers.training.generation.cpu_phases"):
         assert choose_phases(args(), Client()).num_batches_ahead == 0
     assert len(caplog.records) == 1 and "take turns" in caplog.records[0].getMessage()
     assert choose_phases(args(), Client(device="cuda")).num_batches_ahead == 1
@@ -69,7 +69,7 @@ def test_a_client_that_cannot_tell_keeps_the_configured_overlap():
 
 
 def test_unknown_setting_is_refused_with_the_choices():
-    from verifiers.training.config import grpo_defaults
+    from verifiers.training.config.fields import grpo_defaults
 
     with pytest.raises(ConfigError, match=r"cpu_phases='sometimes'.*auto, exclusive, overlap"):
         grpo_defaults("x", output_dir="/tmp/vf-cpu-phases", report_to="none", cpu_phases="sometimes")
@@ -78,10 +78,10 @@ def test_unknown_setting_is_refused_with_the_choices():
 def test_vf_rl_shows_the_choice_once_in_its_output(capsys, monkeypatch):
     import logging
 
-    from verifiers.training.rl_output import show_choices
+    from verifiers.training.rl.output import show_choices
     from verifiers.utils.logging import setup_logging
 
-    root, phases = logging.getLogger("verifiers"), logging.getLogger("verifiers.training.cpu_phases")
+    root, phases = logging.getLogger("verifiers"), logging.getLogger("verifiers.training.generation.cpu_phases")
     saved, disabled = list(root.handlers), phases.disabled
     root.handlers = []  # no logging set up (earlier tests may have left handlers)
     monkeypatch.delenv("RANK", raising=False)  # the main process prints

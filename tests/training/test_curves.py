@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from verifiers.training import curves  # noqa: E402
-from verifiers.training.curves import plot_curves, reward_band  # noqa: E402
-from verifiers.training.metrics import CURVES_FILE  # noqa: E402
+from verifiers.training.metrics import curves  # noqa: E402
+from verifiers.training.metrics.curves import plot_curves, reward_band  # noqa: E402
+from verifiers.training.metrics.step import CURVES_FILE  # noqa: E402
 
 
 def _history(steps: int = 6) -> list[dict]:

@@ -27,7 +27,7 @@ pytest.importorskip("datasets")
 from tests.fakeserver import FakeServer  # noqa: E402
 from tests.training.test_trainer import RecordingClient, grpo_args, make_trainer, reply_of  # noqa: E402
 from verifiers.errors import CheckpointError  # noqa: E402
-from verifiers.training import checkpoint as ckpt  # noqa: E402
+from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -188,7 +188,7 @@ def test_torch_write_failure_without_errno_is_traced_to_the_disk(tmp_path, monke
 REAL_DISK = """
 import sys, torch
 from safetensors.torch import save_file
-from verifiers.training import checkpoint as ckpt
+from verifiers.training.lifecycle import checkpoint as ckpt
 folder = sys.argv[1] + "/checkpoint-1"
 for write in (
     lambda: ckpt.save_generator_state(folder, {"trained": 0, "next": 0, "producer": {"x": torch.zeros(400_000)},

@@ -40,8 +40,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from tests.vllm_server import free_port, serve  # noqa: E402
-from verifiers.training.batching import split_batch  # noqa: E402
-from verifiers.training.losses import (  # noqa: E402
+from verifiers.training.batch.tensors import split_batch  # noqa: E402
+from verifiers.training.loss.losses import (  # noqa: E402
     LOSS_TYPES,
     STEP_COUNTS,
     compute_loss,

@@ -415,7 +415,7 @@ def test_server_killed_and_restarted(server, tmp_path, logs):
         client.close()
     choice = out.choices[0]
     ids = torch.tensor([list(choice.prompt_token_ids) + list(choice.token_ids)])
-    from verifiers.training.logprobs import sequence_logprobs
+    from verifiers.training.loss.logprobs import sequence_logprobs
 
     with torch.no_grad():
         lp, _ = sequence_logprobs(trainer.model, ids, torch.ones_like(ids), len(choice.prompt_token_ids))

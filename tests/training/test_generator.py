@@ -13,8 +13,8 @@ import time
 import pytest
 
 from verifiers.errors import GenerationError
-from verifiers.training.generator import BatchGenerator
-from verifiers.training.producer import GeneratedBatch, PromptStream, RolloutProducer, merge_outputs
+from verifiers.training.generation.generator import BatchGenerator
+from verifiers.training.generation.producer import GeneratedBatch, PromptStream, RolloutProducer, merge_outputs
 from verifiers.types import GenerateOutputs
 
 

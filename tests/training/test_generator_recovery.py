@@ -1,4 +1,4 @@
-"""Outage recovery (verifiers/training/recovery.py) through the generator, without a server.
+"""Outage recovery (verifiers/training/weights/recovery.py) through the generator, without a server.
 
 A fake server that is down for a few pings, a producer whose first attempt fails
 with ``ServerUnreachableError``: the trainer side sees a typed ``Resync``, hands
@@ -14,9 +14,9 @@ import time
 import pytest
 
 from verifiers.errors import GenerationError, ServerError, ServerUnreachableError, WeightSyncError
-from verifiers.training.generator import BatchGenerator
-from verifiers.training.producer import GeneratedBatch
-from verifiers.training.recovery import Resync, sync_through_outages
+from verifiers.training.generation.generator import BatchGenerator
+from verifiers.training.generation.producer import GeneratedBatch
+from verifiers.training.weights.recovery import Resync, sync_through_outages
 
 
 class FlakyServer:

@@ -22,7 +22,7 @@ def _group_batch(vocab: int, prompt_len: int = 7, lengths=(5, 2, 6, 3)):
 
 
 def _logprobs_and_grads(model, ids, attn, start, monkeypatch, pack: bool):
-    from verifiers.training import logprobs
+    from verifiers.training.loss import logprobs
 
     monkeypatch.setattr(logprobs, "can_pack", logprobs.can_pack if pack else lambda *a: False)
     model.zero_grad()
@@ -47,8 +47,8 @@ def test_packed_rows_match_plain_forward(
     tiny_model_dir, monkeypatch, lora, attn_impl, segmented, checkpointing
 ):
     from verifiers.models import get_model
-    from verifiers.training import logprobs
-    from verifiers.training.logprobs import can_pack
+    from verifiers.training.loss import logprobs
+    from verifiers.training.loss.logprobs import can_pack
 
     # segmented: packed_attention computes only the allowed blocks (from SEGMENTED_FROM_LEN on;
     # here for every length). checkpointing (grpo_defaults' setting): the layers run again in
@@ -91,7 +91,7 @@ def test_packed_rows_match_plain_forward(
 
 def test_can_pack_needs_a_shared_prompt_right_padding_and_a_short_sequence(tiny_model_dir, monkeypatch):
     from verifiers.models import get_model
-    from verifiers.training import logprobs
+    from verifiers.training.loss import logprobs
 
     model = get_model(str(tiny_model_dir))
     ids, attn, start = _group_batch(model.config.vocab_size)
@@ -105,7 +105,7 @@ def test_can_pack_needs_a_shared_prompt_right_padding_and_a_short_sequence(tiny_
 
 
 def test_packing_pays_by_the_measured_cost_model():
-    from verifiers.training.logprobs import packing_pays
+    from verifiers.training.loss.logprobs import packing_pays
 
     # SmolLM2 (hidden 576), prompt 441 + 8 completions of ~200 tokens: 2038 packed tokens
     # against 8 rows of 721 (measured 14.6 s packed, 28.9 s padded).
@@ -119,7 +119,7 @@ def test_packing_pays_by_the_measured_cost_model():
 
 def test_long_groups_are_packed_even_where_the_full_mask_would_cost_more(tiny_model_dir, monkeypatch):
     from verifiers.models import get_model
-    from verifiers.training import logprobs
+    from verifiers.training.loss import logprobs
 
     # Two rows sharing a 1-token prompt, 1 + 2 x 600 = 1201 packed tokens: under the full mask
     # (1201^2 pairs) packing_pays says no. With packed_attention (from SEGMENTED_FROM_LEN on)
@@ -134,7 +134,7 @@ def test_long_groups_are_packed_even_where_the_full_mask_would_cost_more(tiny_mo
 
 
 def test_shared_prefix_needs_identical_real_prompts():
-    from verifiers.training.logprobs import shared_prefix
+    from verifiers.training.loss.logprobs import shared_prefix
 
     ids, attn, start = _group_batch(50)
     assert shared_prefix(ids, attn, start)

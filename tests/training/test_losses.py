@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from verifiers.training.losses import LOSS_TYPES, compute_loss, k3_kl  # noqa: E402
+from verifiers.training.loss.losses import LOSS_TYPES, compute_loss, k3_kl  # noqa: E402
 
 DT = torch.float64
 

@@ -13,11 +13,11 @@ import torch
 
 from tests.test_rollout_failure import outputs_of
 from verifiers.envs.state import new_state
-from verifiers.rollout.failure import FailureKind, RolloutFailure
-from verifiers.training.losses import LOSS_TYPES, compute_loss
-from verifiers.training.metric_names import BY_NAME, METRICS, is_registered, markdown_tables
-from verifiers.training.metrics import BATCH_COUNTERS, FAILURE_METRICS, rollout_metrics
-from verifiers.training.producer import PromptStream, PromptTruncation, RolloutProducer
+from verifiers.failures import FailureKind, RolloutFailure
+from verifiers.training.loss.losses import LOSS_TYPES, compute_loss
+from verifiers.training.metrics.names import BY_NAME, METRICS, is_registered, markdown_tables
+from verifiers.training.metrics.step import BATCH_COUNTERS, FAILURE_METRICS, rollout_metrics
+from verifiers.training.generation.producer import PromptStream, PromptTruncation, RolloutProducer
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verifiers.training.packed_attention import (  # noqa: E402
+from verifiers.training.loss.packed_attention import (  # noqa: E402
     NAME,
     install,
     make_segments,

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from tests.training.test_generator import FakeEnv  # noqa: E402
-from verifiers.rollout.tokens import prompt_length, truncate_prompt  # noqa: E402
-from verifiers.training.producer import (  # noqa: E402
+from verifiers.tokenization.assembly import prompt_length, truncate_prompt  # noqa: E402
+from verifiers.training.generation.producer import (  # noqa: E402
     PROMPT_TRUNCATED_KEY,
     PromptStream,
     PromptTruncation,

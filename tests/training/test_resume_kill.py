@@ -11,7 +11,7 @@
   Every step after the checkpoint matches A (loss within 1e-6, same reward and
   gradient norm), and B's trained rollouts, in order, are A's: none lost, none
   trained twice.
-- SIGTERM the same way (verifiers/training/shutdown.py): run B exits 143 after
+- SIGTERM the same way (verifiers/training/lifecycle/shutdown.py): run B exits 143 after
   finishing and saving the step in progress, says so in one line, and resumes to
   match A. A second SIGINT 1.5 s after the first, during a long step, exits 130 at
   once with no new checkpoint. (In-process signal tests: test_signals.py.)
@@ -44,7 +44,7 @@ from tests.training.test_trainer import (  # noqa: E402
 )
 from tests.vllm_server import serve  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training import checkpoint as ckpt  # noqa: E402
+from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,8 +104,8 @@ def test_rotation_never_deletes_the_last_complete_checkpoint(tmp_path):
 
 def test_generator_wait_idle_waits_for_the_batch_in_flight():
     # The trainer calls it before every weight push: a batch is sampled from one policy only.
-    from verifiers.training.generator import BatchGenerator
-    from verifiers.training.producer import GeneratedBatch
+    from verifiers.training.generation.generator import BatchGenerator
+    from verifiers.training.generation.producer import GeneratedBatch
 
     class SlowProducer:
         async def produce(self, index, policy_version):

@@ -11,9 +11,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training import rl as rl_mod  # noqa: E402
-from verifiers.training.config import GRPOConfig  # noqa: E402
-from verifiers.training.rl import RLConfig, check_batch_sizes, format_step_line  # noqa: E402
+from verifiers.training.rl import config as rl_mod  # noqa: E402
+from verifiers.training.config.fields import GRPOConfig  # noqa: E402
+from verifiers.training.rl.config import RLConfig, check_batch_sizes, format_step_line  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -218,7 +218,7 @@ def test_rltrainer_is_a_grpo_trainer_with_lora_from_a_name(tiny_model_dir, tmp_p
     from transformers import PrinterCallback, ProgressCallback
 
     import verifiers as vf
-    from verifiers.training.sync import is_peft_model
+    from verifiers.training.weights.sync import is_peft_model
     from verifiers.training.trainer import GRPOTrainer
 
     env = vf.SingleTurnEnv(dataset=Dataset.from_dict({"question": ["a", "b"], "answer": ["a", "b"]}))

@@ -1,4 +1,4 @@
-"""SIGINT / SIGTERM stop a run cleanly (issue 15, item 3; the contract in verifiers/training/shutdown.py).
+"""SIGINT / SIGTERM stop a run cleanly (issue 15, item 3; the contract in verifiers/training/lifecycle/shutdown.py).
 
 In-process against the fake server: a signal during a step finishes that step, saves it
 (even with ``save_strategy="no"``) and raises ``TrainingStopped`` (exit status 143 / 130);
@@ -26,8 +26,8 @@ from transformers import TrainerCallback  # noqa: E402
 from tests.fakeserver import FakeServer  # noqa: E402
 from tests.training.test_trainer import RecordingClient, grpo_args, make_trainer, reply_of, train_log  # noqa: E402
 from verifiers.errors import TrainingStopped  # noqa: E402
-from verifiers.training import checkpoint as ckpt  # noqa: E402
-from verifiers.training.shutdown import StopSignals  # noqa: E402
+from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
+from verifiers.training.lifecycle.shutdown import StopSignals  # noqa: E402
 
 
 class SlowAfter:

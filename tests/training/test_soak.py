@@ -45,8 +45,8 @@ pytest.importorskip("datasets")
 from tests.training.soak_run import drift, format_table, pool_cap, read_samples  # noqa: E402
 from tests.training.test_resume_kill import finish  # noqa: E402
 from tests.vllm_server import serve  # noqa: E402
-from verifiers.training import checkpoint as ckpt  # noqa: E402
-from verifiers.training.rl_output import METRICS_FILE  # noqa: E402
+from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
+from verifiers.training.rl.output import METRICS_FILE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, SAVE_STEPS, SAVE_TOTAL_LIMIT, EVERY = 300, 25, 2, 25

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from verifiers.training import rl_output  # noqa: E402
-from verifiers.training.rl_output import StepClock, StepLogger, format_duration, format_step_line  # noqa: E402
+from verifiers.training.rl import output as rl_output  # noqa: E402
+from verifiers.training.rl.output import StepClock, StepLogger, format_duration, format_step_line  # noqa: E402
 
 LOGS = {
     "reward": 0.45,

@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 from verifiers.errors import ConfigError, ServerError, WeightSyncError  # noqa: E402
-from verifiers.training.sync import (  # noqa: E402
+from verifiers.training.weights.sync import (  # noqa: E402
     WeightSyncer,
     inference_config,
     make_reference,
@@ -185,7 +185,7 @@ def test_merged_sync_sends_every_weight_once_then_only_the_adapted_layers():
 
 
 def test_a_server_holding_our_checkpoint_gets_only_the_adapted_layers_from_the_start():
-    from verifiers.training.server_link import serves_our_base
+    from verifiers.training.weights.server_link import serves_our_base
 
     model = with_lora(tiny_llama())
     model.get_base_model().config._name_or_path = "/models/tiny"

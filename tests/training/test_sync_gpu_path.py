@@ -33,9 +33,9 @@ from verifiers.inference import transport  # noqa: E402
 from verifiers.inference.client import VLLMClient  # noqa: E402
 from verifiers.inference.server import Settings  # noqa: E402
 from verifiers.inference.worker import read_safetensors_headers  # noqa: E402
-from verifiers.training import sync as sync_module  # noqa: E402
-from verifiers.training.sync import WeightSyncer, serving_dtype  # noqa: E402
-from verifiers.training.weight_names import clean_name, layer_of  # noqa: E402
+from verifiers.training.weights import sync as sync_module  # noqa: E402
+from verifiers.training.weights.sync import WeightSyncer, serving_dtype  # noqa: E402
+from verifiers.training.weights.names import clean_name, layer_of  # noqa: E402
 
 SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2)
 
@@ -166,7 +166,7 @@ def test_full_finetune_first_sync_sends_only_what_differs_from_the_served_checkp
     folder = tmp_path / "ckpt"
     model = saved_and_reloaded(llama(), folder)
     health = {"model": str(folder), "weight_version": 0}
-    from verifiers.training.server_link import serves_our_base
+    from verifiers.training.weights.server_link import serves_our_base
 
     client = RecordingClient(health)
     assert serves_our_base(client, model)

@@ -16,7 +16,7 @@ from transformers.integrations import TensorBoardCallback  # noqa: E402
 
 from tests.test_rollout_failure import outputs_of  # noqa: E402
 from verifiers.envs.state import new_state  # noqa: E402
-from verifiers.training import metrics as M  # noqa: E402
+from verifiers.training.metrics import step as M  # noqa: E402
 
 
 def _outputs():

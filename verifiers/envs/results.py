@@ -14,7 +14,7 @@ from typing import Any
 
 from verifiers.envs.model_client import client_url
 from verifiers.errors import ConfigError, ServerUnreachableError
-from verifiers.rollout.failure import FailureKind, failure_of
+from verifiers.failures import FailureKind, failure_of
 from verifiers.types import GenerateOutputs, Messages, RolloutScore, State
 
 ERROR_METRIC = "rollout_errors"

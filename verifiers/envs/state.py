@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from verifiers.rollout.failure import format_error
+from verifiers.failures import format_error
 from verifiers.types import Info, Messages, State
 
 __all__ = ["format_error", "new_state"]

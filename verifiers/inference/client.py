@@ -443,7 +443,7 @@ class VLLMClient:
     def _pieces(pairs: Iterable[tuple[str, Any]], max_bytes: int) -> Iterator[dict[str, Any]]:
         """Streamed ``(name, tensor)`` pairs as CPU pieces of about ``max_bytes``, cut only between
         layers (as ``transport.split_by_module``), each made when the previous one was used."""
-        from verifiers.training.weight_names import layer_of
+        from verifiers.training.weights.names import layer_of
 
         piece: dict[str, Any] = {}
         size, last = 0, None

@@ -82,9 +82,9 @@ def split_by_module(tensors: Mapping[str, Any], max_bytes: int) -> list[dict[str
     vLLM fuses q/k/v (gate/up, every expert of an MoE layer) and the server reloads
     each file's layers as they come, so a cut never falls inside a layer
     (``model.layers.N``; a name without an index is its own module): see
-    ``verifiers.training.weight_names.layer_of``.
+    ``verifiers.training.weights.names.layer_of``.
     """
-    from verifiers.training.weight_names import layer_of
+    from verifiers.training.weights.names import layer_of
 
     pieces: list[dict[str, Any]] = [{}]
     size, last = 0, None

@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 
 from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
-from verifiers.rollout.failure import REWARD_NONFINITE, REWARD_RAISED
+from verifiers.failures import REWARD_NONFINITE, REWARD_RAISED
 from verifiers.types import Info, Messages, RewardFunc, RolloutScore, RolloutScores, State
 from verifiers.utils.async_utils import is_async_callable
 from verifiers.utils.logging import warn_once

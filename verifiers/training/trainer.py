@@ -43,26 +43,26 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 
 from verifiers.errors import ConfigError, StopRequested
-from verifiers.training import checkpoint as ckpt
-from verifiers.training import metrics as M
-from verifiers.training.batch_layout import plan_of
-from verifiers.training.buffer import Buffer, build_buffer, eval_logprobs, train_batch
-from verifiers.training.checkpoint_save import save_checkpoint
-from verifiers.training.config import GRPOConfig
-from verifiers.training.generator import BatchGenerator, build_generator
-from verifiers.training.logprobs import sequence_logprobs
-from verifiers.training.losses import compute_loss, step_loss_scale
-from verifiers.training.processes import broadcast, combine_metrics, max_over_processes, wait_together
-from verifiers.training.producer import (
+from verifiers.training.lifecycle import checkpoint as ckpt
+from verifiers.training.metrics import step as M
+from verifiers.training.config.batch_layout import plan_of
+from verifiers.training.batch.prepared import Buffer, build_buffer, eval_logprobs, train_batch
+from verifiers.training.lifecycle.checkpoint_save import save_checkpoint
+from verifiers.training.config.fields import GRPOConfig
+from verifiers.training.generation.generator import BatchGenerator, build_generator
+from verifiers.training.loss.logprobs import sequence_logprobs
+from verifiers.training.loss.losses import compute_loss, step_loss_scale
+from verifiers.training.lifecycle.processes import broadcast, combine_metrics, max_over_processes, wait_together
+from verifiers.training.generation.producer import (
     GeneratedBatch,
     PromptTruncation,
     cap_completions,
     sampling_args_from_config,
 )
-from verifiers.training.recovery import Resync
-from verifiers.training.server_link import ServerLink
-from verifiers.training.shutdown import StopAtStepEnd, StopSignals, conclude
-from verifiers.training.sync import (
+from verifiers.training.weights.recovery import Resync
+from verifiers.training.weights.server_link import ServerLink
+from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
+from verifiers.training.weights.sync import (
     WeightSyncer,
     is_peft_model,
     make_reference,

@@ -1,0 +1,439 @@
+"""Running a ``vf-rl`` plan: both children, the readiness wait, supervision and shutdown.
+
+``Launcher`` starts the inference server, waits until it serves the model, starts the
+trainer, pumps both logs (to files and the terminal, or tmux panes) and stops both
+process groups when training ends (see cli/rl.py for the plan).
+
+Supervision: a server that dies during training is restarted with the same command
+and environment, at most ``inference.max_restarts`` times, after a backoff; the
+trainer waits for it (``vllm_server_timeout``), re-syncs its weights and goes on
+(training/recovery.py). Crash to ready must fit in that same timeout, or the trainer
+would give up first. When the server cannot be restarted, the trainer gets SIGTERM,
+saves its checkpoint, and vf-rl ends with one line saying why.
+
+Shutdown: the first Ctrl-C or SIGTERM goes to the trainer's process group only, which
+finishes its step and saves a checkpoint; vf-rl waits for it (no timeout), then stops
+the server and exits 130 or 143. A second signal stops everything at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from verifiers.cli.common import print_error
+from verifiers.errors import ServerError, ServerTimeoutError
+from verifiers.utils.backoff import Backoff, poll_until
+
+if TYPE_CHECKING:
+    from verifiers.cli.rl.plan import Plan
+
+STOP_GRACE_S = 10.0
+TAIL_LINES = 20
+# Delays before restarting a dead server: 2 s, 4 s, 8 s, ... at most 30 s (a crash loop
+# is not restarted at full speed, and the wait stays small beside the server's start-up).
+RESTART_FIRST_DELAY_S = 2.0
+RESTART_MAX_DELAY_S = 30.0
+DRAIN_LINE = "Stopping after the current step and saving a checkpoint; Ctrl-C again to stop at once"
+
+
+@dataclass
+class Side:
+    """One child process (``inference`` or ``trainer``), its command and its log."""
+
+    name: str
+    cmd: list[str]
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen | None = None
+    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    pump: threading.Thread | None = None
+    log_start: int = 0  # where the current process's lines begin in ``log`` (after restarts)
+
+    def shown(self) -> str:
+        gpus = self.env.get("CUDA_VISIBLE_DEVICES")
+        return (f"CUDA_VISIBLE_DEVICES={gpus} " if gpus is not None else "") + shlex.join(self.cmd)
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+class Launcher:
+    """Runs a :class:`Plan`: server, readiness wait, trainer, supervision, shutdown.
+
+    vf-rl's own status lines go to the terminal and to ``logs/vf-rl.log``; in tmux
+    mode a small top pane shows that file. Tails and the failure line are printed
+    at the end, once the terminal is ours again.
+    """
+
+    def __init__(self, plan: Plan, use_tmux: bool = False):
+        self.plan = plan
+        self.use_tmux = use_tmux
+        self.echo = not use_tmux  # children's lines and notes go to this terminal too
+        self.logs = plan.server.log.parent
+        self.stopping = threading.Event()
+        # Reentrant: the signal handler prints a note on the main thread, maybe inside note().
+        self.print_lock = threading.RLock()
+        self.start_lock = threading.Lock()  # no child starts once stopping has begun
+        self.failed: Side | None = None  # whose last lines to show at the end
+        self.failure: str | None = None  # the error line for a failed training run
+        self.signum: int | None = None  # the first SIGINT/SIGTERM received
+        self.draining = False  # the trainer got SIGINT/SIGTERM and is saving its checkpoint
+        self.restarts = 0  # restarts of the server so far
+        self.restart_backoff = Backoff(first=RESTART_FIRST_DELAY_S, max_delay=RESTART_MAX_DELAY_S)
+        name = "".join(ch if ch.isalnum() else "-" for ch in plan.config.run_name)
+        self.session = f"vf-rl-{name}-{os.getpid()}"
+
+    def run(self) -> int:
+        """Run the plan; the exit status is the trainer's (non-zero if training failed),
+        130/143 after Ctrl-C/SIGTERM."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for side in (self.plan.server, self.plan.trainer):
+            side.log.write_text("")
+        (self.logs / "vf-rl.log").write_text("")
+        # Handled also when vf-rl was started with SIGINT ignored (a background job).
+        handlers = (
+            {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+            if threading.current_thread() is threading.main_thread()
+            else {}
+        )
+        try:
+            return self._run_in_tmux() if self.use_tmux else self._drive()
+        except KeyboardInterrupt:  # a second signal, or one before training started: stop at once
+            if self.signum != signal.SIGTERM:
+                raise  # run_cli: "interrupted", 130
+            self.failure = "stopped by SIGTERM"
+            return 128 + signal.SIGTERM
+        finally:
+            with self.start_lock:
+                self.stopping.set()
+            for side in (self.plan.trainer, self.plan.server):
+                stop(side.proc)
+            for side in (self.plan.trainer, self.plan.server):
+                if side.pump is not None:
+                    side.pump.join(timeout=2)
+            if self.use_tmux:
+                subprocess.run(["tmux", "kill-session", "-t", self.session], capture_output=True)
+            for sig, previous in handlers.items():
+                signal.signal(sig, previous)
+            self._report()
+
+    def _drive(self) -> int:
+        """Start the server, wait for it, start the trainer, and watch both until one ends."""
+        server, trainer = self.plan.server, self.plan.trainer
+        self.note(f"Starting the inference server: {server.shown()}")
+        self._start(server)
+        self._wait_ready()
+        self.note(f"Starting the trainer: {trainer.shown()}")
+        self._start(trainer)
+        while not self.stopping.is_set():
+            status = trainer.proc.poll()
+            if status is not None:
+                if trainer.pump is not None:
+                    trainer.pump.join(timeout=5)  # its last lines, before the summary
+                if self.signum is not None:
+                    name = signal.Signals(self.signum).name
+                    self.note(
+                        f"Trainer stopped after {name} (exit status {status}); stopping the inference server"
+                    )
+                    return 128 + self.signum
+                if status == 0:
+                    self.note(f"Training finished; outputs in {self.plan.config.output_dir}/")
+                    return 0
+                self.failed = trainer
+                self.failure = f"training failed with exit status {status} (full log: {trainer.log})"
+                return status if 0 < status < 256 else 1
+            if server.proc.poll() is not None and not self.draining:
+                self._restart_server()
+            time.sleep(0.5)
+        return 130
+
+    def _restart_server(self) -> None:
+        """The server died during training: start it again (same command and environment) after
+        a backoff, or, past ``inference.max_restarts``, stop the trainer and end the run."""
+        server, limit = self.plan.server, self.plan.config.inference.max_restarts
+        died, at, status = time.monotonic(), time.strftime("%H:%M:%S"), server.proc.returncode
+        stop(server.proc)  # what is left of its group (vLLM's engine core) holds memory and the port
+        if server.pump is not None:
+            server.pump.join(timeout=5)
+        error = first_error(server.log, start=server.log_start)
+        if self.restarts >= limit:
+            done = f"restarted {self.restarts} time(s) already" if limit else "restarts are off"
+            self._give_up(
+                f"the inference server exited with status {status} during training at {at}{error}; "
+                f"not restarting it ({done}, inference.max_restarts = {limit})"
+            )
+        self.restarts += 1
+        delay = self.restart_backoff.next_delay() or RESTART_FIRST_DELAY_S
+        self.note(
+            f"Inference server exited with status {status} at {at}; "
+            f"restarting it ({self.restarts}/{limit}) in {delay:.3g} s{error}"
+        )
+        self.stopping.wait(delay)  # interruptible: a signal still reaches the handler
+        if self.draining or self.stopping.is_set():
+            return
+        self._start(server)
+        # Counted from the crash: the trainer waits vllm_server_timeout from when it noticed.
+        left = self.plan.timeout - (time.monotonic() - died)
+        try:
+            self._wait_ready(max(left, 1.0), again=True)
+        except ServerError as err:
+            self._give_up(f"restart {self.restarts}/{limit} failed: {err.message}")
+
+    def _give_up(self, reason: str) -> NoReturn:
+        """End the run because of the server: SIGTERM the trainer (it saves a checkpoint),
+        wait for it, then raise the one-line error."""
+        server, trainer = self.plan.server, self.plan.trainer
+        self.failed, self.draining = server, True
+        stop(server.proc)
+        if trainer.proc is not None and trainer.proc.poll() is None:
+            self.note(f"{reason[0].upper()}{reason[1:]}; stopping the trainer (it saves a checkpoint first)")
+            _signal_group(trainer.proc, signal.SIGTERM)
+            while trainer.proc.poll() is None and not self.stopping.is_set():  # no timeout: the checkpoint
+                time.sleep(0.2)
+            if trainer.pump is not None:
+                trainer.pump.join(timeout=5)
+        raise ServerError(reason, hint=f"full log: {server.log}")
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """First SIGINT/SIGTERM during training: the trainer's group only (it checkpoints; we wait).
+        Before training, during the wait or a second time: stop everything at once."""
+        if self.stopping.is_set():
+            return  # already stopping everything
+        trainer = self.plan.trainer.proc
+        first = self.signum is None and not self.draining
+        self.signum = signum  # the exit status follows the last signal
+        if not first or trainer is None or trainer.poll() is not None:
+            raise KeyboardInterrupt
+        self.draining = True
+        self.note(DRAIN_LINE)
+        _signal_group(trainer, signum)
+
+    def note(self, message: str) -> None:
+        """A vf-rl status line: to ``logs/vf-rl.log``, and to the terminal unless tmux holds it."""
+        with self.print_lock:
+            with (self.logs / "vf-rl.log").open("a", encoding="utf-8") as f:
+                f.write(message + "\n")
+            if self.echo:
+                print(message, flush=True)
+
+    def _start(self, side: Side) -> None:
+        with self.start_lock:
+            if self.stopping.is_set():
+                raise KeyboardInterrupt
+            side.log_start = side.log.stat().st_size if side.log.exists() else 0
+            side.proc = subprocess.Popen(
+                side.cmd,
+                env={**os.environ, **side.env},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # own process group: stopped as a whole, spared the terminal's Ctrl-C
+            )
+        side.pump = threading.Thread(target=self._pump, args=(side,), daemon=True, name=f"vf-rl-{side.name}")
+        side.pump.start()
+
+    def _pump(self, side: Side) -> None:
+        """Copy a child's output to its log file (and to this terminal, prefixed)."""
+        with side.log.open("a", encoding="utf-8") as log:
+            # Text mode with universal newlines: progress bars' \r also ends a line.
+            for line in open(side.proc.stdout.fileno(), encoding="utf-8", errors="replace", closefd=False):
+                line = line.rstrip("\n")
+                log.write(line + "\n")
+                log.flush()
+                side.tail.append(line)
+                if self.echo:
+                    with self.print_lock:
+                        print(f"[{side.name}] {line}", flush=True)
+
+    def _wait_ready(self, timeout: float | None = None, again: bool = False) -> None:
+        """Poll ``/health``, then ``/v1/models``, within one total timeout; fail fast if the server dies.
+
+        ``again``: a restart during training; the wait also ends when the trainer ends or stops.
+        """
+        server, url = self.plan.server, self.plan.config.inference.url
+        timeout = self.plan.timeout if timeout is None else timeout
+        self.note(f"Waiting for the inference server at {url} (up to {timeout:.0f} s)")
+        started = time.monotonic()
+        trainer = self.plan.trainer.proc
+
+        def check() -> str | None:
+            if self.stopping.is_set() or self.draining:
+                return "stopped"
+            if again and trainer is not None and trainer.poll() is not None:
+                return "trainer ended"  # the supervision loop reports it
+            if server.proc.poll() is not None:
+                if server.pump is not None:
+                    server.pump.join(timeout=5)
+                self.failed = server
+                raise ServerError(
+                    f"the inference server exited with status {server.proc.returncode} before it was ready"
+                    + first_error(server.log, start=server.log_start),
+                    hint=f"full log: {server.log}",
+                )
+            return "ready" if _http_ok(url + "/health") and _http_ok(url + "/v1/models") else None
+
+        outcome = poll_until(check, Backoff(first=1.0, max_delay=1.0, timeout=timeout))
+        if outcome == "ready":
+            took = time.monotonic() - started
+            if again:
+                self.note(
+                    f"Inference server ready again after {took:.0f} s (pid {server.proc.pid}); "
+                    "the trainer re-syncs its weights and goes on"
+                )
+            else:
+                self.note(f"Inference server ready after {took:.0f} s (pid {server.proc.pid})")
+        elif outcome is None:
+            raise ServerTimeoutError(
+                f"the inference server was not ready within {timeout:.0f} s",
+                hint=f"see {server.log}; raise trainer.args.vllm_server_timeout if it is only slow",
+            )
+
+    def _report(self) -> None:
+        """At the end: what tmux showed (status), the failed side's last lines, the failure line."""
+        if not self.echo:
+            status = (self.logs / "vf-rl.log").read_text(encoding="utf-8").splitlines()
+            for line in status[-2:]:
+                print(line)
+            if self.failed is not None:
+                print(f"--- last lines of {self.failed.log} ---", file=sys.stderr)
+                for line in self.failed.tail:
+                    print(f"[{self.failed.name}] {line}", file=sys.stderr)
+        if self.failure:
+            print_error(self.failure)
+
+    def _run_in_tmux(self) -> int:
+        """Show the logs in tmux panes (status, inference, trainer) while a worker thread drives the run."""
+        pid = os.getpid()
+
+        def pane(log: Path) -> str:
+            # Ctrl-C in a pane interrupts vf-rl itself (the first one stops after the step, see
+            # _on_signal). tail runs in the background, where sh ignores SIGINT: the pane stays
+            # and shows the trainer saving its checkpoint. sh, whatever the user's shell is.
+            script = (
+                f"trap 'kill -INT {pid}' INT; tail -n +1 -F {shlex.quote(str(log))} & t=$!; "
+                'while kill -0 "$t" 2>/dev/null; do wait "$t"; done'
+            )
+            return f"sh -c {shlex.quote(script)}"
+
+        def tmux(*args: str, check: bool = False) -> None:
+            subprocess.run(["tmux", *args], check=check, capture_output=not check)
+
+        tmux(
+            "new-session",
+            "-d",
+            "-s",
+            self.session,
+            "-x",
+            "200",
+            "-y",
+            "50",
+            pane(self.logs / "vf-rl.log"),
+            check=True,
+        )
+        tmux("split-window", "-v", "-t", f"{self.session}.0", pane(self.plan.server.log), check=True)
+        tmux("split-window", "-v", "-t", f"{self.session}.1", pane(self.plan.trainer.log), check=True)
+        tmux("select-layout", "-t", self.session, "even-vertical")
+        tmux("resize-pane", "-t", f"{self.session}.0", "-y", "4")
+        tmux("set-option", "-t", self.session, "pane-border-status", "top")
+        for index, title in enumerate(("vf-rl", "inference", "trainer")):
+            tmux("select-pane", "-t", f"{self.session}.{index}", "-T", title)
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome["status"] = self._drive()
+            except BaseException as err:  # handed to the main thread
+                outcome["error"] = err
+            finally:
+                done.set()
+                tmux("kill-session", "-t", self.session)  # ends the attach below
+
+        worker = threading.Thread(target=work, daemon=True, name="vf-rl-driver")
+        worker.start()
+        subprocess.run(["tmux", "attach-session", "-t", self.session])
+        if not done.is_set():  # detached (C-b d): go on here, interleaved
+            self.echo = True
+            self.note(
+                f"Detached from tmux; vf-rl goes on here (Ctrl-C stops after the step). Logs: {self.logs}/"
+            )
+            while worker.is_alive():
+                worker.join(0.5)
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("status", 130)
+
+
+def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM a child's process group, then SIGKILL what is left after ``grace`` seconds."""
+    if proc is None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+
+    def group_gone() -> bool | None:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)  # anyone left in the group (vLLM's engine, accelerate's workers)?
+        except (ProcessLookupError, PermissionError):
+            return True
+        return None
+
+    if poll_until(group_gone, Backoff(first=0.1, max_delay=0.1, timeout=grace)):
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_ERROR_LINE = re.compile(r"(?:^|[\s\]])((?:[A-Z]\w*(?:Error|Exception))|error): (.+)")
+
+
+def first_error(log: Path, limit: int = 300, start: int = 0) -> str:
+    """``": <the first error line of a log>"`` (from byte ``start``: the current process's lines), or
+    ``""``: in vLLM's multi-process logs the root cause comes first and the generic wrappers
+    ("Engine core initialization failed") after."""
+    try:
+        with log.open("rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        match = _ERROR_LINE.search(line)
+        if match:
+            return f": {match.group(1)}: {match.group(2).strip()}"[: limit + 2]
+    return ""
+
+
+def _http_ok(url: str) -> bool:
+    # No proxies: the server is local, and a proxy from the environment would answer instead.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=5) as resp:
+            return resp.status == 200
+    except Exception:
+        return False

@@ -1,0 +1,394 @@
+"""What a GRPO checkpoint adds to ``transformers.Trainer``'s: the rollouts in flight,
+and a mark that the checkpoint was written completely.
+
+``Trainer`` already saves and restores the model or adapter, optimizer,
+scheduler, RNG and ``trainer_state.json`` (the optimizer step, so its dataloader
+of step tickets skips to the right place). A GRPO run also has state outside the
+model:
+
+- ``generator_state.pt`` (main process): the prompt cursor (how far into the
+  dataset the generator has read) and the generated batches not yet trained. They
+  were sampled from older weights, which a resumed run cannot reproduce, so they
+  are saved rather than regenerated.
+- ``grpo_buffer_rank{r}.pt`` (every process): the generation batch being trained
+  when the checkpoint was taken, if the step fell inside one (``num_iterations >
+  1`` or ``steps_per_generation > gradient_accumulation_steps``), with the old and
+  reference log-probs computed at its start.
+- ``checkpoint_complete.json`` (main process, written last): ``Trainer`` fills
+  ``checkpoint-<step>/`` file by file, so a run killed while saving leaves a folder
+  that looks like a checkpoint but is not one. Every file is flushed to disk
+  before the mark is written (atomically), so a folder with the mark is whole even
+  after a power loss, and resuming only ever picks marked folders.
+
+A write that fails (disk full, read-only or unwritable folder) becomes one
+``CheckpointError`` (``disk_error``) naming the folder, the cause and the fix;
+the trainer then removes the half-written folder (checkpoint_save.py). Rotation
+renames a folder aside before deleting it, so a deletion that fails half way
+never leaves something that looks like a complete checkpoint.
+
+Our files hold data only (tensors, dicts, lists, strings, numbers) with a
+``format`` version, each written atomically (temp file + rename) and read with
+``torch.load(weights_only=True)``, which runs no code from the file. Files of the
+old format (format 1: pickled classes, verifiers before checkpoints became data)
+are refused with one line that says what to delete to resume without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import logging
+import os
+import pickle
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from verifiers.errors import CheckpointError, ConfigError
+from verifiers.utils.logging import warn_once
+
+if TYPE_CHECKING:  # imported where used: vf-rl reads checkpoint folders without the training stack
+    from verifiers.training.batch.prepared import Buffer
+    from verifiers.training.generation.producer import GeneratedBatch
+
+logger = logging.getLogger("verifiers.training.lifecycle.checkpoint")
+
+GENERATOR_FILE = "generator_state.pt"
+BUFFER_FILE = "grpo_buffer_rank{rank}.pt"
+COMPLETE_FILE = "checkpoint_complete.json"
+FORMAT_VERSION = 2  # of our files; 1 was pickled dataclasses (loaded with weights_only=False)
+INCOMPLETE_PREFIX = "incomplete-"  # a half-written checkpoint moved aside on resume
+DELETING_PREFIX = "deleting-"  # a rotated-out checkpoint, renamed before it is deleted
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        data = None  # pickled classes: the old format
+    if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+        raise ConfigError(
+            f"{path} is not a format-{FORMAT_VERSION} verifiers checkpoint file (older ones pickled classes)",
+            hint=f"delete {GENERATOR_FILE} and grpo_buffer_rank*.pt from {path.parent} to resume without "
+            "the pending rollouts (they are generated again), or resume with the version that wrote it",
+        )
+    return data
+
+
+def save_generator_state(checkpoint_dir: str | os.PathLike, state: dict[str, Any]) -> None:
+    """``BatchGenerator.state_dict()`` as data: counters, producer state and the pending batches."""
+    data = {
+        "format": FORMAT_VERSION,
+        "trained": int(state["trained"]),
+        "next": int(state["next"]),
+        "producer": _plain(state["producer"]),
+        "pending": [_batch_data(b) for b in state["pending"]],
+    }
+    _save(data, Path(checkpoint_dir) / GENERATOR_FILE)
+
+
+def load_generator_state(checkpoint_dir: str | os.PathLike) -> dict[str, Any] | None:
+    data = _load(Path(checkpoint_dir) / GENERATOR_FILE)
+    if data is None:
+        warn_once(logger, "resume-no-gen", "checkpoint has no %s: prompt position estimated", GENERATOR_FILE)
+        return None
+    pending = [_batch_from_data(b) for b in data["pending"]]
+    return {
+        "trained": data["trained"],
+        "next": data["next"],
+        "producer": data["producer"],
+        "pending": pending,
+    }
+
+
+def save_buffer(checkpoint_dir: str | os.PathLike, rank: int, buffer: Buffer | None) -> None:
+    """This process's batch in training (None between batches: then a resume starts a new one)."""
+    data = None if buffer is None else _plain(_fields(buffer))
+    _save({"format": FORMAT_VERSION, "buffer": data}, Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
+
+
+def load_buffer(checkpoint_dir: str | os.PathLike, rank: int) -> Buffer | None:
+    from verifiers.training.batch.prepared import Buffer
+
+    data = _load(Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
+    return Buffer(**data["buffer"]) if data is not None and data["buffer"] is not None else None
+
+
+# ---- our objects as data ---------------------------------------------------------------------------
+def _fields(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as what a ``weights_only`` load accepts: tensors, numbers, strings, dicts, lists.
+
+    Rollouts may carry other objects (an OpenAI SDK message in a completion, a numpy
+    number in a state): pydantic models and dataclasses become dicts, numpy scalars
+    numbers, anything else its ``str`` (those values only feed logs and sample tables).
+    """
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    if isinstance(value, dict):
+        return {k if isinstance(k, (str, int)) else str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if callable(getattr(value, "model_dump", None)):
+        return _plain(value.model_dump())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(_fields(value))
+    if callable(getattr(value, "item", None)):  # numpy scalar
+        return _plain(value.item())
+    return str(value)
+
+
+def _batch_data(batch: GeneratedBatch) -> dict[str, Any]:
+    data = _fields(batch)
+    for name in ("outputs", "processed"):
+        data[name] = None if data[name] is None else _fields(data[name])
+    return _plain(data)
+
+
+def _batch_from_data(data: dict[str, Any]) -> GeneratedBatch:
+    from verifiers.training.generation.producer import GeneratedBatch
+    from verifiers.types import GenerateOutputs, ProcessedOutputs
+
+    outputs, processed = data["outputs"], data["processed"]
+    return GeneratedBatch(
+        **{
+            **data,
+            "outputs": None if outputs is None else GenerateOutputs(**outputs),
+            "processed": None if processed is None else ProcessedOutputs(**processed),
+        }
+    )
+
+
+def has_optimizer_state(checkpoint_dir: str | os.PathLike) -> bool:
+    """Whether ``Trainer`` saved optimizer state here (not with ``save_only_model=True``)."""
+    d = Path(checkpoint_dir)
+    return any((d / name).exists() for name in ("optimizer.pt", "optimizer.bin")) or any(
+        d.glob("global_step*")
+    )
+
+
+# ---- completeness --------------------------------------------------------------------------------
+def mark_complete(checkpoint_dir: str | os.PathLike, global_step: int) -> None:
+    """Flush every file of the checkpoint to disk, then write the mark (call after all files exist)."""
+    d = Path(checkpoint_dir)
+    for path in sorted(d.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            _fsync(path)
+    tmp = d / (COMPLETE_FILE + ".tmp")
+    files = sorted(p.name for p in d.iterdir() if p.name != tmp.name)  # listed before the mark exists
+    with open(tmp, "w") as fh:
+        json.dump({"global_step": global_step, "files": files}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, d / COMPLETE_FILE)
+    _fsync(d)  # the rename itself
+
+
+def unmark(checkpoint_dir: str | os.PathLike) -> None:
+    """Before saving into ``checkpoint_dir``: a folder being (re)written is incomplete until marked."""
+    (Path(checkpoint_dir) / COMPLETE_FILE).unlink(missing_ok=True)
+
+
+def is_complete(checkpoint_dir: str | os.PathLike) -> bool:
+    return (Path(checkpoint_dir) / COMPLETE_FILE).is_file()
+
+
+def rotate(output_dir: str | os.PathLike, save_total_limit: int | None, keep: str | None = None) -> None:
+    """``save_total_limit`` done after marking: keep the newest ``save_total_limit`` complete checkpoints
+    (and ``keep``, the best one); delete the other folders older than the newest complete one.
+
+    ``Trainer`` rotates before our files and the mark are written, so a run killed
+    in between could be left with no complete checkpoint at all; ours runs after.
+    """
+    if not save_total_limit or save_total_limit <= 0:
+        return
+    found = checkpoints(output_dir)
+    complete = [p for _, p in found if is_complete(p)]
+    if not complete:
+        return
+    protected = {p.resolve() for p in complete[-save_total_limit:]}
+    if keep:
+        protected.add(Path(keep).resolve())
+    newest = complete[-1].resolve()
+    for _, folder in found:
+        if folder.resolve() == newest:
+            break
+        if folder.resolve() not in protected:
+            logger.info("deleting %s (save_total_limit=%d)", folder, save_total_limit)
+            # Renamed first (atomic): a deletion that fails half way leaves no "checkpoint".
+            doomed = folder.with_name(DELETING_PREFIX + folder.name)
+            os.replace(folder, doomed)
+            shutil.rmtree(doomed)
+    for leftover in Path(output_dir).glob(DELETING_PREFIX + "checkpoint-*"):  # an earlier failed delete
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``checkpoint-<step>`` folder in ``output_dir``, by step."""
+    d = Path(output_dir)
+    if not d.is_dir():
+        return []
+    found = [(m, p) for p in d.iterdir() if p.is_dir() and (m := _CHECKPOINT_RE.match(p.name))]
+    return sorted((int(m.group(1)), p) for m, p in found)
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The folder of the highest-step checkpoint in ``output_dir`` that was written completely."""
+    complete = [p for _, p in checkpoints(output_dir) if is_complete(p)]
+    return str(complete[-1]) if complete else None
+
+
+def resolve_resume(
+    output_dir: str | os.PathLike, resume_from_checkpoint: str | bool | None, *, is_main_process: bool = True
+) -> str | None:
+    """The checkpoint folder to resume from (``True``: the last complete one in ``output_dir``).
+
+    Checkpoints after the chosen one that were never completed (the run was
+    killed while saving) are moved aside to ``incomplete-checkpoint-<step>`` by
+    the main process, so the resumed run does not save into a folder holding
+    stale files, nor do ``Trainer``'s rotation and ``get_last_checkpoint`` see them.
+    """
+    if not resume_from_checkpoint:
+        return None
+    if resume_from_checkpoint is True:
+        chosen = last_complete_checkpoint(output_dir)
+        if chosen is None:
+            found = [p.name for _, p in checkpoints(output_dir)]
+            if found:
+                raise ConfigError(
+                    f"no complete checkpoint in {output_dir}: {', '.join(found)} lack {COMPLETE_FILE} "
+                    "(written last by GRPOTrainer; a run killed while saving leaves a folder without it)",
+                    hint="pass one folder as resume_from_checkpoint to resume from it anyway",
+                )
+            raise ConfigError(f"no checkpoint found in {output_dir}", hint="pass a checkpoint folder")
+    else:
+        chosen = os.fspath(resume_from_checkpoint)
+        if not Path(chosen).is_dir():
+            raise ConfigError(f"checkpoint folder {chosen} does not exist")
+        if not is_complete(chosen):
+            warn_once(
+                logger,
+                f"resume-incomplete:{chosen}",
+                "%s has no %s: it may be incomplete (written by an older version, or the run was killed "
+                "while saving it); resuming from it anyway",
+                chosen,
+                COMPLETE_FILE,
+            )
+    if is_main_process:
+        _move_incomplete_aside(Path(chosen))
+    if not has_optimizer_state(chosen):
+        warn_once(
+            logger,
+            "resume-no-optim",
+            "%s has no optimizer state (save_only_model=True): the optimizer restarts",
+            chosen,
+        )
+    return chosen
+
+
+def _move_incomplete_aside(chosen: Path) -> None:
+    m = _CHECKPOINT_RE.match(chosen.name)
+    if m is None:
+        return
+    step = int(m.group(1))
+    for later_step, folder in checkpoints(chosen.parent):
+        if later_step <= step or is_complete(folder):
+            continue
+        target = folder.with_name(INCOMPLETE_PREFIX + folder.name)
+        n = 1
+        while target.exists():
+            target, n = folder.with_name(f"{INCOMPLETE_PREFIX}{folder.name}.{n}"), n + 1
+        os.replace(folder, target)
+        logger.warning(
+            "%s was not completely written (the run stopped while saving it): moved to %s",
+            folder,
+            target.name,
+        )
+
+
+# ---- disk failures -------------------------------------------------------------------------------
+_HINTS = {
+    errno.ENOSPC: "free space on that disk, or set output_dir to another disk or a lower save_total_limit",
+    errno.EDQUOT: "free space within your quota, or set output_dir to another disk or a lower save_total_limit",
+    errno.EACCES: "make output_dir writable, or set output_dir to a folder you can write",
+    errno.EPERM: "make output_dir writable, or set output_dir to a folder you can write",
+    errno.EROFS: "the file system is read-only: set output_dir to a writable disk",
+}
+_OS_ERROR_RE = re.compile(r"os error (\d+)")  # safetensors' Rust I/O errors carry the errno here
+_TORCH_WRITE_RE = re.compile(r"PytorchStreamWriter|inline_container|file write failed|unexpected pos")
+
+
+def disk_error(
+    exc: BaseException, folder: str | os.PathLike, action: str | None = None
+) -> CheckpointError | None:
+    """``exc``, raised while writing checkpoint ``folder``, as one ``CheckpointError``; None when it
+    is not a write failure (a bug: re-raise it as it is).
+
+    ``OSError`` carries its errno; safetensors reports ``(os error N)`` in its message; torch's
+    zip writer only says that a write failed (``unexpected pos ...``), so then a probe write
+    next to ``folder`` finds the cause (a full or unwritable disk).
+    """
+    cause: OSError | None = exc if isinstance(exc, OSError) else None
+    if cause is None and (m := _OS_ERROR_RE.search(str(exc))):
+        code = int(m.group(1))
+        cause = OSError(code, os.strerror(code))
+    elif cause is None and isinstance(exc, RuntimeError) and _TORCH_WRITE_RE.search(str(exc)):
+        cause = _probe_write(Path(folder).parent) or OSError(errno.EIO, f"write failed ({exc})")
+    if cause is None:
+        return None
+    d = Path(folder)
+    code = cause.errno
+    reason = f"{cause.strerror or cause} (errno {code})" if code else str(cause)
+    where = f" ({Path(cause.filename).name})" if getattr(cause, "filename", None) else ""
+    last = last_complete_checkpoint(d.parent)
+    kept = (
+        f"; the last complete checkpoint, {Path(last).name}, is intact: resume_from_checkpoint=True resumes it"
+        if last and Path(last).resolve() != d.resolve()
+        else ("; no earlier complete checkpoint" if not last else f"; {d.name} itself is complete")
+    )
+    hint = _HINTS.get(code or 0, "check that output_dir is on a writable disk with free space")
+    action = action or f"write {d.name}"
+    return CheckpointError(f"could not {action} in {d.parent}{where}: {reason}{kept}", hint, errno=code)
+
+
+def _probe_write(folder: Path, size: int = 1 << 20) -> OSError | None:
+    """Write (and flush to disk) ``size`` bytes in ``folder``: the OSError it raises, or None."""
+    probe = folder / ".vf-write-probe"
+    try:
+        with open(probe, "wb") as fh:
+            fh.write(b"\0" * size)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        return e
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return None

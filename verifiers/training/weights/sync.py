@@ -1,0 +1,596 @@
+"""Weight sync: push the trainer's weights to the vLLM server after an optimizer step.
+
+Three modes:
+
+- ``full``: every parameter, under its Hugging Face name (vLLM maps HF names).
+- ``lora``: only the PEFT adapter (``client.update_lora``); the server must run
+  with LoRA enabled. An adapter with ``modules_to_save`` (a trained lm_head) is
+  synced ``merged`` instead, after one warning: vLLM adapters cannot carry it.
+- ``merged``: a PEFT model sent as full weights with the adapter folded in
+  (``W + scale * B @ A`` computed per layer, the model itself untouched); after
+  the first sync only the layers the adapter changes (and trainable tensors). Used
+  when the server rejects adapters: a user who started ``vf-vllm`` plainly and
+  trains with ``peft_config`` still trains, after one warning.
+
+A full or merged sync is one server transaction: the name, shape and dtype of every
+tensor are announced at begin (known without gathering), then the tensors stream a
+layer at a time; the client stages files of about ``max_bytes_per_request``, cut
+between layers, all loaded while generation is paused, and commits once. Tensors go
+under the checkpoint's names (weight_names.py: wrapper prefixes stripped,
+transformers 5's fused MoE experts and renames reverted) and in the server's dtype.
+A full fine-tune's first sync to a server that loaded the same checkpoint sends only
+the layers that differ from it.
+
+Under DeepSpeed ZeRO-3 parameters are sharded: they are gathered a few at a time
+(``max_tensors_per_gather``) so no rank ever holds much more than one layer of
+full tensors. Under FSDP2 parameters are ``DTensor`` shards: every rank all-gathers
+each tensor (``full_tensor``) in the same order, and only the main process keeps it.
+Every rank calls :meth:`WeightSyncer.sync` (gathers are collective); only the
+main process talks to the server.
+
+Also here: the frozen reference model of the KL term (``make_reference``; under
+ZeRO-3 ``zero3_reference``, its own sharded DeepSpeed engine) and its periodic
+sync toward the policy (``mix_into_reference``), gathered the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager as ContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from verifiers.errors import ConfigError, ServerError, WeightSyncError
+from verifiers.training.weights.names import check_name, clean_name, conversions, layer_of, to_checkpoint
+from verifiers.utils.logging import warn_once
+
+logger = logging.getLogger("verifiers.training.weights.sync")
+
+GatherFn = Callable[..., ContextManager[Any]]  # (params, modify=False) -> context
+
+
+@dataclass
+class SyncResult:
+    """What one sync did: mode, wall time, tensors and bytes sent (0 on non-main ranks)."""
+
+    mode: str
+    seconds: float
+    num_tensors: int
+    num_bytes: int
+
+
+@dataclass
+class _Unit:
+    """One tensor to send: the parameters it needs gathered and how to compute it once they are."""
+
+    name: str
+    params: list[torch.nn.Parameter]
+    compute: Callable[[], torch.Tensor]
+    shape: tuple[int, ...]  # the full tensor's, known without gathering
+    dtype: torch.dtype
+
+
+def zero3_gather(params: list[torch.nn.Parameter], modify: bool = False) -> ContextManager[Any]:
+    """Gather ZeRO-3-partitioned ``params`` on every rank for the duration of the block.
+
+    With ``modify`` the block may change them: on exit rank 0's values are broadcast and
+    each rank keeps its shard of them (without it, changes are dropped with the gathered copy).
+    """
+    import deepspeed  # only reached under ZeRO-3
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None)
+
+
+def no_gather(params: list[torch.nn.Parameter], modify: bool = False) -> ContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: an FSDP2 ``DTensor`` (this rank's shard) is all-gathered, so every rank
+    must call this for the same tensors in the same order; a plain tensor is returned as is."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
+
+
+def is_peft_model(model: Any) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _hf_name(peft_name: str, adapter: str) -> str | None:
+    """PEFT parameter name -> the base model's HF name; None for adapter-only parameters."""
+    if "lora_" in peft_name or ".original_module." in peft_name:
+        return None
+    name = peft_name.removeprefix("base_model.model.")
+    name = name.replace(".base_layer.", ".").replace(f".modules_to_save.{adapter}.", ".")
+    return name
+
+
+def unwrap_compiled(model: Any) -> Any:
+    """The module ``torch.compile`` wrapped (``OptimizedModule._orig_mod``), else ``model``."""
+    while isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+        model = model._orig_mod
+    return model
+
+
+_SERVING_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def serving_dtype(health: Mapping[str, Any] | None, model: Any) -> torch.dtype | None:
+    """The dtype the server computes in, which a sync sends (half the bytes of fp32 master weights,
+    as FSDP2 mixed precision keeps them): ``health["dtype"]`` when the server reports it, else a
+    16-bit dtype named by the checkpoint's ``config.json`` (vLLM's ``--dtype auto``; it downcasts
+    float32 checkpoints on its own, so float32 there says nothing), else None (sent as they are).
+    Not ``model.config.dtype``: transformers sets that to the dtype the trainer loaded in."""
+    named = str((health or {}).get("dtype") or "").removeprefix("torch.")
+    if named in _SERVING_DTYPES:
+        return _SERVING_DTYPES[named]
+    import json
+    import os
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else unwrap_compiled(model)
+    path = getattr(getattr(base, "config", None), "_name_or_path", None)
+    try:
+        with open(os.path.join(str(path), "config.json")) as fh:
+            config = json.load(fh)
+    except (OSError, ValueError, TypeError):
+        return None
+    named = str(config.get("dtype") or config.get("torch_dtype") or "")
+    return _SERVING_DTYPES[named] if named in ("bfloat16", "float16") else None
+
+
+def wait_for_producers(tensors: Iterable[Any]) -> None:
+    """Block until the work that wrote ``tensors`` (gathers, copies, ``optimizer.step``, all queued on
+    the current CUDA stream of their device) has finished, so a consumer on another stream (vLLM's
+    NCCL packer, IPC) never reads them half-written. CPU tensors: nothing to wait for."""
+    devices = {t.device for t in tensors if getattr(t, "is_cuda", False)}
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+
+
+def on_device_of(tensors: Iterable[Any]) -> ContextManager[Any]:
+    """Make the CUDA device of ``tensors`` current for the block: a sender thread starts on device 0,
+    and NCCL/IPC calls from it would use device 0's streams for a model on another GPU. Enter it at
+    the top of the thread that sends (``with on_device_of(tensors.values()): sender.send(...)``)."""
+    device = next((t.device for t in tensors if getattr(t, "is_cuda", False)), None)
+    return torch.cuda.device(device) if device is not None else contextlib.nullcontext()
+
+
+class WeightSyncer:
+    """Sends the model's weights (or adapter) to ``client`` after each optimizer step.
+
+    ``client`` needs ``update_weights(pairs, params=...)`` (a stream of ``(name, tensor)``
+    pairs, whole layers in order, and ``params``, the ``{name, shape, dtype}`` of all of them
+    announced up front: one server transaction per sync), ``reset_prefix_cache()`` and, for
+    adapters, ``update_lora(...)`` (see ``adapter_payload``). ``broadcast`` shares the main
+    process's decisions with the other ranks. ``serving_dtype`` (see :func:`serving_dtype`):
+    floating tensors are sent in it.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        model: torch.nn.Module,
+        *,
+        is_main_process: bool = True,
+        gather: GatherFn = no_gather,
+        broadcast: Callable[[Any], Any] = lambda x: x,
+        max_tensors_per_gather: int = 8,
+        max_bytes_per_request: int = 2**30,
+        use_lora: bool | None = None,
+        adapter_name: str = "default",
+        lora_name: str = "vf-lora",
+        has_base: bool = False,
+        serving_dtype: torch.dtype | None = None,
+    ):
+        if max_tensors_per_gather < 1:
+            raise WeightSyncError(
+                "setup", f"max_tensors_per_gather must be >= 1, got {max_tensors_per_gather}"
+            )
+        model = unwrap_compiled(model)  # accelerate's unwrap_model keeps torch.compile's wrapper
+        self.client, self.model = client, model
+        self.is_main, self.gather, self.broadcast = is_main_process, gather, broadcast
+        self.max_tensors, self.max_bytes = max_tensors_per_gather, max_bytes_per_request
+        self.adapter_name, self.lora_name = adapter_name, lora_name
+        self.dtype = serving_dtype
+        peft = is_peft_model(model)
+        self.mode = "lora" if (peft if use_lora is None else use_lora) else ("merged" if peft else "full")
+        if self.mode == "lora":
+            saved = getattr(model.peft_config.get(adapter_name), "modules_to_save", None)
+            if saved:  # vLLM's adapters carry lora_A/lora_B only: a trained lm_head would never arrive
+                logger.warning(
+                    "the adapter trains modules_to_save=%s, which a vLLM LoRA adapter cannot carry: "
+                    "syncing merged full weights instead (drop modules_to_save to sync only the adapter)",
+                    sorted(saved),
+                )
+                self.mode = "merged"
+        self._lora_confirmed = False
+        self.version = 0
+        self.has_base = has_base  # the server holds our frozen weights already (serves_our_base)
+        base = model.get_base_model() if peft else model
+        self._base = unwrap_compiled(base)
+        self._convert = conversions(self._base)  # transformers 5 renamed/fused: send checkpoint names
+
+    # ---- public ----
+    def sync(self) -> SyncResult:
+        start = time.perf_counter()
+        sent = (0, 0)
+        if self.mode == "lora":
+            ok, sent = self._try_lora()
+            if not ok:
+                self.mode = "merged"
+        if self.mode != "lora":
+            # After the first sync (or from the first, when the server loaded the same checkpoint
+            # and nobody changed it) a PEFT model's frozen weights are on the server already: they
+            # never change, and a restarted server loads them from the same folder. Only the merged
+            # LoRA layers and trainable tensors travel: SmolLM2 + LoRA on q/k/v/o, 106 of 540 MB,
+            # which also spares both processes a copy of the whole model.
+            layers = self._layers(self._units(changed_only=self.version > 0 or self.has_base))
+            if self.mode == "full" and self.has_base and self.version == 0:
+                # Full fine-tuning: what the server loaded is what we loaded, unless the weights
+                # changed since (a resumed run, a model edited in memory): send only what differs.
+                unchanged = self._unchanged_layers(layers)
+                layers = [(key, units) for key, units in layers if key not in unchanged]
+            sent = self._send_full(layers)
+        if self.is_main:
+            self._call("reset_prefix_cache", self.client.reset_prefix_cache)
+        self.version += 1
+        result = SyncResult(self.mode, time.perf_counter() - start, *sent)
+        logger.debug(
+            "weight sync %d (%s): %d tensors, %.1f MB in %.3f s", self.version, *vars(result).values()
+        )
+        return result
+
+    # ---- full / merged ----
+    def _named(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """``named_parameters`` without wrapper prefixes (torch.compile, activation checkpointing)."""
+        return [(check_name(n), p) for n, p in self.model.named_parameters()]
+
+    def _units(self, changed_only: bool = False) -> list[_Unit]:
+        if not is_peft_model(self.model):
+            return [_Unit(n, [p], lambda p=p: p.data, _shape(p), p.dtype) for n, p in self._named()]
+        adapter = self.adapter_name
+        lora_layers = {
+            clean_name(name).removeprefix("base_model.model."): module
+            for name, module in self.model.named_modules()
+            if hasattr(module, "get_delta_weight") and adapter in getattr(module, "lora_A", {})
+        }
+        units = []
+        for peft_name, p in self._named():
+            name = _hf_name(peft_name, adapter)
+            if name is None:
+                continue
+            layer = lora_layers.get(name.rsplit(".", 1)[0]) if name.endswith(".weight") else None
+            if layer is None:
+                if p.requires_grad or not changed_only:
+                    units.append(_Unit(name, [p], lambda p=p: p.data, _shape(p), p.dtype))
+                continue
+            if getattr(layer, "use_dora", {}).get(adapter, False):
+                raise WeightSyncError(
+                    "merge", f"{name}: DoRA adapters cannot be merged for sync; use plain LoRA"
+                )
+            a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+            units.append(
+                _Unit(
+                    name,
+                    [p, a, b],
+                    lambda p=p, layer=layer: p.data + layer.get_delta_weight(adapter).to(p.dtype),
+                    _shape(p),
+                    p.dtype,
+                )
+            )
+        return units
+
+    @staticmethod
+    def _layers(units: list[_Unit]) -> list[tuple[str, list[_Unit]]]:
+        """Units grouped by layer (``weight_names.layer_of``), in first-seen order: a layer is
+        gathered, converted and sent whole (vLLM fuses q/k/v, gate/up and an MoE layer's experts)."""
+        layers: dict[str, list[_Unit]] = {}
+        for unit in units:
+            layers.setdefault(layer_of(unit.name), []).append(unit)
+        return list(layers.items())
+
+    def _out_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        return self.dtype if self.dtype is not None and dtype.is_floating_point else dtype
+
+    def _checkpoint(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return to_checkpoint(self._base, tensors) if self._convert else tensors
+
+    def _announce(self, layers: list[tuple[str, list[_Unit]]]) -> list[dict[str, Any]]:
+        """The ``{name, shape, dtype}`` of everything the sync sends, under the checkpoint's names:
+        known before any gather (ZeRO-3 shards keep their full shape in ``ds_shape``; the converted
+        names and shapes come from meta tensors)."""
+        params = []
+        for _, units in layers:
+            meta = {
+                u.name: torch.empty(u.shape, dtype=self._out_dtype(u.dtype), device="meta") for u in units
+            }
+            params += [
+                {"name": n, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+                for n, t in self._checkpoint(meta).items()
+            ]
+        return params
+
+    def _gathered(
+        self, layers: list[tuple[str, list[_Unit]]]
+    ) -> Iterator[tuple[str, dict[str, torch.Tensor] | None]]:
+        """``(layer, {checkpoint name: tensor})`` per layer (None on other ranks than the main one),
+        gathering at most ``max_tensors`` parameters at once (every rank: gathers are collective)."""
+        for key, units in layers:
+            out: dict[str, torch.Tensor] = {}
+            group: list[_Unit] = []
+            count = 0
+            for i, unit in enumerate(units):
+                group.append(unit)
+                count += len(unit.params)
+                following = units[i + 1] if i + 1 < len(units) else None
+                if following is not None and count + len(following.params) <= self.max_tensors:
+                    continue
+                with self.gather([p for u in group for p in u.params]):
+                    for u in group:
+                        tensor = full_tensor(u.compute())  # on every rank: under FSDP2 it is collective
+                        if self.is_main:
+                            # A copy (the gathered storage is released when the block exits), in the
+                            # serving dtype.
+                            out[u.name] = tensor.detach().to(dtype=self._out_dtype(tensor.dtype), copy=True)
+                group, count = [], 0
+            if not self.is_main:
+                yield key, None
+                continue
+            # The copies were queued on this device's current stream (after optimizer.step): the
+            # transport may read them from another one.
+            wait_for_producers(out.values())
+            yield key, self._checkpoint(out)
+
+    def _stream(
+        self, layers: list[tuple[str, list[_Unit]]], totals: list[int]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        for _, tensors in self._gathered(layers):
+            for name, tensor in (tensors or {}).items():
+                totals[0] += 1
+                totals[1] += tensor.numel() * tensor.element_size()
+                yield name, tensor
+
+    def _send_full(self, layers: list[tuple[str, list[_Unit]]]) -> tuple[int, int]:
+        """One server transaction for the whole sync: every tensor's name, shape and dtype announced
+        at begin, then the tensors streamed a layer at a time (the client stages files of about
+        ``max_bytes``, cut between layers), all loaded while generation is paused, one commit.
+        The main process holds at most about one file's worth of tensors at a time."""
+        totals = [0, 0]
+        if not layers:
+            return 0, 0
+        stream = self._stream(layers, totals)
+        try:
+            if self.is_main:
+                self._call(
+                    "update_weights",
+                    self.client.update_weights,
+                    stream,
+                    params=self._announce(layers),
+                    max_file_bytes=self.max_bytes,
+                )
+        finally:
+            # The other ranks gather every layer: so must this one, even when the client stopped
+            # early (an error, or a lost server the multi-process latch skips).
+            for _ in stream:
+                pass
+        return totals[0], totals[1]
+
+    def _unchanged_layers(self, layers: list[tuple[str, list[_Unit]]]) -> set[str]:
+        """Layers whose every tensor equals the checkpoint the server loaded (read from the model's
+        local folder; nothing when it is not one). Collective: every rank gathers each layer once."""
+        files = _checkpoint_files(self._base) if self.is_main else []
+        readable = bool(self.broadcast(bool(files)))
+        if not readable:
+            return set()
+        from safetensors import safe_open
+
+        unchanged: set[str] = set()
+        with contextlib.ExitStack() as stack:
+            where: dict[str, Any] = {}
+            for path in files:
+                handle = stack.enter_context(safe_open(str(path), framework="pt"))
+                where.update(dict.fromkeys(handle.keys(), handle))
+            for key, tensors in self._gathered(layers):
+                if tensors is None:
+                    continue
+                same = all(
+                    name in where and _equal_as(tensor, where[name].get_tensor(name))
+                    for name, tensor in tensors.items()
+                )
+                if same:
+                    unchanged.add(key)
+        return set(self.broadcast(sorted(unchanged)))
+
+    # ---- adapter ----
+    def adapter_payload(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The adapter's tensors under PEFT's saved names (adapter name dropped) and its config."""
+        adapter = self.adapter_name
+        items = [
+            (name.replace(f".{adapter}", ""), p)
+            for name, p in self._named()
+            if "lora_" in name and f".{adapter}." in name
+        ]
+        tensors: dict[str, torch.Tensor] = {}
+        # Gathered in groups too: under ZeRO-3 the adapter is sharded like the rest.
+        for i in range(0, len(items), self.max_tensors):
+            chunk = items[i : i + self.max_tensors]
+            with self.gather([p for _, p in chunk]):
+                for key, p in chunk:
+                    tensor = full_tensor(p.data)  # on every rank, like _gathered
+                    if self.is_main:
+                        tensors[key] = tensor.detach().clone()
+        config = {
+            k: sorted(v) if isinstance(v, set) else v
+            for k, v in self.model.peft_config[adapter].to_dict().items()
+        }
+        return tensors, config
+
+    def _try_lora(self) -> tuple[bool, tuple[int, int]]:
+        tensors, config = self.adapter_payload()
+        ok, error = True, None
+        if self.is_main:
+            try:
+                self.client.update_lora(tensors, name=self.lora_name, config=config)
+            except ServerError as e:
+                if self._lora_confirmed:
+                    raise
+                ok, error = False, e
+        ok = bool(self.broadcast(ok))
+        if not ok:
+            warn_once(
+                logger,
+                "lora-sync-fallback",
+                "the vLLM server did not accept the LoRA adapter (%s); falling back to syncing merged "
+                "full weights each step (slower). Start vf-vllm with --enable-lora to sync only the adapter.",
+                error,
+            )
+            return False, (0, 0)
+        self._lora_confirmed = True
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        return True, (len(tensors), nbytes)
+
+    def _call(self, stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except WeightSyncError:
+            raise
+        except ServerError as e:
+            raise WeightSyncError(stage, str(e)) from e
+
+
+def make_reference(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of ``model`` for the KL term (without PEFT; with PEFT the reference is the
+    adapter-disabled model itself)."""
+    import copy
+
+    ref = copy.deepcopy(model).eval()
+    ref.requires_grad_(False)
+    return ref
+
+
+def is_partitioned(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s parameters are ZeRO-3 shards (loaded under ``deepspeed.zero.Init``)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def inference_config(ds_config: dict[str, Any], hidden_size: int | None) -> dict[str, Any]:
+    """The policy's DeepSpeed config for an engine that only runs forward passes.
+
+    Optimizer, scheduler and optimizer offload are dropped (DeepSpeed would build an
+    optimizer, or a scheduler with nothing to drive). ZeRO-3 bucket sizes the config
+    leaves at ``"auto"`` get the values transformers gives the policy from the hidden size
+    (it fills them only when the policy's engine is made, in ``train``).
+    """
+    import copy
+
+    config = copy.deepcopy(ds_config)
+    config.pop("optimizer", None)
+    config.pop("scheduler", None)
+    zero = config.setdefault("zero_optimization", {})
+    zero.pop("offload_optimizer", None)
+    if hidden_size:
+        sizes = {
+            "reduce_bucket_size": hidden_size * hidden_size,
+            "stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
+            "stage3_param_persistence_threshold": 10 * hidden_size,
+        }
+        zero.update({k: v for k, v in sizes.items() if zero.get(k) == "auto"})
+    return config
+
+
+def zero3_reference(model: torch.nn.Module, ds_config: dict[str, Any]) -> torch.nn.Module:
+    """The reference for the KL term under ZeRO-3: a frozen copy of ``model`` as its own DeepSpeed
+    engine, sharded like the policy (``inference_config``). Call it on every rank.
+
+    Its forward is collective, like the policy's: every rank must run the same number of them.
+    A policy loaded under ``zero.Init`` (its parameters already shards) is not copied whole:
+    the copy is built sharded from ``model.config`` and filled a few gathered tensors at a time.
+    """
+    if not is_partitioned(model):
+        ref = make_reference(model)
+    else:
+        if not (hasattr(model, "config") and hasattr(type(model), "_from_config")):
+            raise ConfigError(
+                f"beta > 0 under ZeRO-3 with a {type(model).__name__} loaded under zero.Init: its "
+                "sharded reference can only be built for a transformers model",
+                hint="load the model before creating GRPOConfig (then it is copied whole), or set beta=0",
+            )
+        dtype = next(model.parameters()).dtype
+        # transformers builds it under zero.Init while the training arguments' DeepSpeed config is
+        # alive (as the policy was): sharded from the start, never whole on one rank.
+        ref = type(model)._from_config(model.config, dtype=dtype).eval()
+        ref.requires_grad_(False)
+        mix_into_reference(ref, model, 1.0, gather=zero3_gather)
+        buffers = dict(model.named_buffers())
+        with torch.no_grad():
+            for name, b in ref.named_buffers():  # not sharded by ZeRO-3
+                if name in buffers and buffers[name].shape == b.shape:
+                    b.copy_(buffers[name])
+    import deepspeed  # only reached under ZeRO-3
+
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    engine, *_ = deepspeed.initialize(model=ref, config=inference_config(ds_config, hidden))
+    engine.eval()
+    return engine
+
+
+def _shape(p: torch.nn.Parameter) -> tuple[int, ...]:
+    return tuple(getattr(p, "ds_shape", p.shape))  # a ZeRO-3 shard's full shape
+
+
+def _checkpoint_files(model: Any) -> list[Any]:
+    """The safetensors files of the local folder ``model`` was loaded from (empty: not a folder)."""
+    from pathlib import Path
+
+    path = getattr(getattr(model, "config", None), "_name_or_path", None)
+    folder = Path(str(path)) if path else None
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(folder.glob("*.safetensors"))
+
+
+def _equal_as(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
+    """Whether ``ours`` is ``theirs`` once cast to its dtype (a model loaded in fp32 from a bf16
+    checkpoint, untouched, casts back exactly)."""
+    return ours.shape == theirs.shape and torch.equal(ours.to(device="cpu", dtype=theirs.dtype), theirs)
+
+
+@torch.no_grad()
+def mix_into_reference(
+    ref: torch.nn.Module,
+    policy: torch.nn.Module,
+    alpha: float,
+    *,
+    gather: GatherFn = no_gather,
+    max_tensors_per_gather: int = 8,
+) -> None:
+    """``ref = alpha * policy + (1 - alpha) * ref``, parameter by parameter (TR-DPO style reference sync).
+
+    Under ZeRO-3 (``gather=zero3_gather``) every rank must call it: up to ``max_tensors_per_gather``
+    parameters of each model are gathered at once, mixed, and the reference's re-sharded.
+    ``alpha=1`` copies the policy exactly.
+    """
+    current = dict(policy.named_parameters())
+    pairs = []
+    for name, p in ref.named_parameters():
+        q = current.get(name)
+        if q is None or _shape(q) != _shape(p):
+            raise ValueError(f"reference parameter {name} {_shape(p)} has no match in the policy")
+        pairs.append((p, q))
+    for i in range(0, len(pairs), max_tensors_per_gather):
+        chunk = pairs[i : i + max_tensors_per_gather]
+        with gather([q for _, q in chunk]), gather([p for p, _ in chunk], modify=True):
+            for p, q in chunk:
+                if alpha == 1.0:
+                    p.copy_(q.detach())
+                else:
+                    p.mul_(1 - alpha).add_(q.detach().to(p.dtype), alpha=alpha)
