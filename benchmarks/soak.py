@@ -4,7 +4,7 @@
     python benchmarks/soak.py --steps 40       # a quick look
     python benchmarks/soak.py --model smollm2  # the same run on SmolLM2-135M (slower)
 
-One vf-vllm server; ``tests/training/soak_run.py`` trains against it in a subprocess as
+One vf-vllm server; ``tests/drivers/soak_run.py`` trains against it in a subprocess as
 ``vf-rl`` would (``RLTrainer``, LoRA, one batch ahead, a checkpoint every 25 steps,
 ``save_total_limit=2``) and samples both process trees (the server's includes its engine
 core) at step 1 and every ``--every`` steps. ``tests/training/test_soak.py`` asserts the
@@ -31,9 +31,9 @@ from typing import Any
 from _common import free_port, vllm_server  # one vf-vllm server for the run
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.training.soak_run: the run and the readers of its samples
+sys.path.insert(0, str(ROOT))  # tests.drivers.soak_run: the run and the readers of its samples
 
-from tests.training.soak_run import FIGURES, SIDES, drift, figure, format_table, read_samples  # noqa: E402
+from tests.drivers.soak_run import FIGURES, SIDES, drift, figure, format_table, read_samples  # noqa: E402
 
 TOLERANCE = 0.10
 
@@ -89,7 +89,7 @@ def main() -> None:
     first = (4 if args.steps >= 8 * args.every else 2) * args.every  # after the warm-up (test_soak.py)
     with vllm_server(model_dir, port, out / "vf-vllm.log") as startup_s:
         cmd = [
-            sys.executable, "-m", "tests.training.soak_run", "--port", str(port),
+            sys.executable, "-m", "tests.drivers.soak_run", "--port", str(port),
             "--server-pid", str(startup_s.pid), "--model", model_dir, "--out", str(run_dir),
             "--steps", str(args.steps), "--every", str(args.every), "--save-steps", str(args.every),
         ]  # fmt: skip

@@ -172,7 +172,7 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     def count() -> dict[str, int]:
         # Token positions the model ran for the micro-batches the step just trained (trimmed,
         # right-padded); a packed micro-batch (logprobs.can_pack) runs its prompt once, unpadded.
-        buf = getattr(trainer, "_buffer", None)
+        buf = getattr(trainer, "_prepared", None)  # the PreparedBatch in training
         real = padded = 0
         for m in buf.micro if buf is not None else []:
             ids, attn, start = m["input_ids_BT"], m["attention_mask_BT"], m["start"]

@@ -502,6 +502,8 @@ def render_cli_page() -> str:
                 parts.append(f"TODO: `{module_name}` is not written yet; regenerate once it lands.\n")
                 continue
             raise
+        # A package's entry point (vf-rl: verifiers.cli.rl:main) is documented from the module defining it.
+        module = sys.modules[getattr(module, target.split(":")[1]).__module__]
         parts.append(f"Entry point `{target}`. {source_link(module)}\n")
         doc = own_docstring(module)
         if doc:

@@ -5,7 +5,7 @@
 
 The table sits between the marker comments ``BEGIN`` and ``END`` below; the
 rest of the page is left as it is. The registry is
-``verifiers/training/metrics/names.py``; ``tests/training/test_metric_names.py``
+``verifiers/training/metrics/names.py``; ``tests/training/metrics/test_metric_names.py``
 fails when the page and the registry differ.
 """
 

@@ -454,3 +454,85 @@ def test_load_example_dataset_without_split_uses_the_01x_default(monkeypatch):
     assert vf.load_example_dataset("math500")[0] == {"question": "1+1?", "answer": "2"}
     assert seen == ["test"]
     assert len(vf.load_example_dataset("reverse_text")) == 1000  # the train split
+
+
+# -- the compat table ---------------------------------------------------------------------------
+
+
+def test_every_old_path_is_served_by_the_hook_and_no_file_is_left_there():
+    """One place: each old path resolves through verifiers.compat, and no module file shadows it."""
+    import importlib.machinery
+    import importlib.util
+
+    from verifiers.compat import MOVED, OLD_PATHS, REEXPORTED
+    from verifiers.compat.finder import OldPathFinder
+
+    old_01x = {
+        p for p in OLD_PATHS if p.startswith(("verifiers.envs", "verifiers.rubrics", "verifiers.utils"))
+    }
+    assert old_01x <= set(LIGHT_PATHS) | set(TRAINING_PATHS)  # each is imported with its names above
+    finder = next(f for f in sys.meta_path if isinstance(f, OldPathFinder))
+    for old in sorted(OLD_PATHS):
+        assert finder.find_spec(old) is not None, old
+        parent = importlib.import_module(old.rpartition(".")[0])
+        assert importlib.machinery.PathFinder.find_spec(old, parent.__path__) is None, f"a file shadows {old}"
+    for old, new in MOVED.items():
+        assert importlib.util.find_spec(new) is not None, f"{old} -> {new}: no such module"
+    for old, names in REEXPORTED.items():
+        for name, source in names.items():
+            assert importlib.util.find_spec(source) is not None, f"{old}.{name} -> {source}: no such module"
+
+
+def test_moved_paths_are_the_module_itself_and_run_as_scripts():
+    import verifiers.envs.tool
+    import verifiers.envs.tool_env as old
+    import verifiers.rollout.tokens
+    import verifiers.tokenization.assembly
+
+    assert old is verifiers.envs.tool and old.__name__ == "verifiers.envs.tool"
+    assert verifiers.rollout.tokens is verifiers.tokenization.assembly
+    # 0.2's docs: `python -m verifiers.rollout.chat_template MODEL -o FILE`
+    out = subprocess.run(
+        [sys.executable, "-m", "verifiers.rollout.chat_template", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0 and "usage:" in out.stdout, out.stderr[-2000:]
+
+
+def test_old_packages_hold_their_old_submodules_and_nothing_else():
+    from verifiers.rl import trainer  # the guides' package, an old path itself
+
+    assert "RLTrainer" in trainer.__all__ and "BatchGenerator" in dir(trainer)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("verifiers.trainers.not_a_module")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("verifiers.rollout.not_a_module")
+    import verifiers.trainers
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        verifiers.trainers.nope  # noqa: B018
+
+
+def test_old_training_paths_without_torch_name_the_extra():
+    """As in 0.1.x, importing a trainer path imports torch: without it, one MissingExtraError line."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["torch"] = None  # as if the 'train' extra were not installed
+        import verifiers, verifiers.trainers, verifiers.rl  # the light ones import
+        from verifiers.errors import MissingExtraError
+        for path in ("verifiers.trainers.grpo_trainer", "verifiers.rl.trainer.orchestrator"):
+            try:
+                __import__(path)
+            except MissingExtraError as e:
+                print(e.extra, str(e).splitlines()[0])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith("train ") for line in lines), out.stdout
+    assert "needs the 'train' extra" in lines[0]

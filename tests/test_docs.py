@@ -748,3 +748,36 @@ def test_api_reference_is_current() -> None:
         f"docs/api is out of date (stale: {stale}, not generated: {orphans}); "
         "run: python scripts/gen_api_docs.py"
     )
+
+
+# -- tests: the layout -------------------------------------------------------------------------
+
+
+def test_architecture_names_every_module_and_only_modules() -> None:
+    """docs/architecture.md's Layout names every module under verifiers/ (a path relative to it; a
+    package by its folder, ``training/loss/``) and names nothing that does not exist."""
+    text = _section((DOCS / "architecture.md").read_text(encoding="utf-8"), "## Layout")
+    named = set(re.findall(r"`([\w/]+(?:\.py|/))`", text))
+    package = ROOT / "verifiers"
+    modules = set()
+    for path in package.rglob("*.py"):
+        rel = path.relative_to(package).as_posix()
+        if path.name == "__init__.py" and rel != "__init__.py":
+            rel = rel[: -len("__init__.py")]  # the package's folder: "training/loss/"
+        modules.add(rel)
+    missing, stale = sorted(modules - named), sorted(named - modules)
+    assert not missing and not stale, (
+        f"docs/architecture.md, section Layout: add a line for {missing}; "
+        f"these are not modules (any more): {stale}"
+    )
+
+
+def test_module_paths_in_the_docs_exist() -> None:
+    """A ``verifiers/....py`` path anywhere in docs/ or the README is a file (the layout moved them once)."""
+    problems = []
+    for path in [*all_markdown(), ROOT / "README.md"]:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for m in re.finditer(r"(?<![\w/.])verifiers/[\w/]+\.py\b", line):
+                if not (ROOT / m.group(0)).is_file():
+                    problems.append(f"{path.relative_to(ROOT)}:{number}: {m.group(0)}")
+    assert not problems, "paths that do not exist:\n" + "\n".join(problems)

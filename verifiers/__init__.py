@@ -3,13 +3,15 @@
 ``import verifiers`` stays light: it never imports torch, transformers or vllm.
 Training names (``GRPOTrainer``, ``get_model_and_tokenizer``, ...) resolve on
 first use; if the training extras are missing they raise ``MissingExtraError``
-naming the extra to install.
+naming the extra to install. Old module paths (0.1.x's ``verifiers.envs.tool_env``,
+``verifiers.trainers``, ...) are served by ``verifiers.compat``'s import hook, installed here.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from verifiers.compat import install as _install_old_paths
 from verifiers.envs.decorators import cleanup, stop, teardown
 from verifiers.envs.environment import Environment
 from verifiers.envs.group import EnvGroup
@@ -55,26 +57,29 @@ from verifiers.types import (
     TurnTokens,
     UserMessage,
 )
-from verifiers.utils.compat import import_training_module
 from verifiers.utils.data import extract_boxed_answer, extract_hash_answer, load_example_dataset
 from verifiers.utils.display import print_prompt_completions_sample
 from verifiers.utils.ensure import MissingKeyError, ensure_keys
 from verifiers.utils.env_loader import load_environment
+from verifiers.utils.extras import import_with_extra
 from verifiers.utils.logging import setup_logging
 
 __version__ = "0.2.0"
+
+_install_old_paths()
 
 # name -> (module, extra that provides its dependencies)
 _LAZY: dict[str, tuple[str, str]] = {
     "get_model": ("verifiers.models", "train"),
     "get_tokenizer": ("verifiers.models", "train"),
     "get_model_and_tokenizer": ("verifiers.models", "train"),
-    "GRPOConfig": ("verifiers.training.config.fields", "train"),
-    "grpo_defaults": ("verifiers.training.config.fields", "train"),
-    "lora_defaults": ("verifiers.training.config.fields", "train"),
-    "GRPOTrainer": ("verifiers.training.trainer", "train"),
-    "RLConfig": ("verifiers.training.rl.config", "train"),
-    "RLTrainer": ("verifiers.training.rl.config", "train"),
+    # verifiers.training says where each of its names lives.
+    "GRPOConfig": ("verifiers.training", "train"),
+    "grpo_defaults": ("verifiers.training", "train"),
+    "lora_defaults": ("verifiers.training", "train"),
+    "GRPOTrainer": ("verifiers.training", "train"),
+    "RLConfig": ("verifiers.training", "train"),
+    "RLTrainer": ("verifiers.training", "train"),
     "MathRubric": ("verifiers.rubrics.math_rubric", "envs"),
     "VLLMClient": ("verifiers.inference.client", "train"),
 }
@@ -140,7 +145,7 @@ def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'verifiers' has no attribute {name!r}")
     module_name, extra = _LAZY[name]
-    module = import_training_module(module_name, f"verifiers.{name}", extra)
+    module = import_with_extra(module_name, f"verifiers.{name}", extra)
     value = getattr(module, name)
     globals()[name] = value
     return value
@@ -154,6 +159,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from verifiers.inference.client import VLLMClient  # noqa: F401
     from verifiers.models import get_model, get_model_and_tokenizer, get_tokenizer  # noqa: F401
     from verifiers.rubrics.math_rubric import MathRubric  # noqa: F401
-    from verifiers.training.config.fields import GRPOConfig, grpo_defaults, lora_defaults  # noqa: F401
-    from verifiers.training.rl.config import RLConfig, RLTrainer  # noqa: F401
-    from verifiers.training.trainer import GRPOTrainer  # noqa: F401
+    from verifiers.training import (  # noqa: F401
+        GRPOConfig,
+        GRPOTrainer,
+        RLConfig,
+        RLTrainer,
+        grpo_defaults,
+        lora_defaults,
+    )

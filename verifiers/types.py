@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict, Union
 
-# Re-exported: the typed failure a rollout state carries (defined with its kinds in rollout/failure.py).
+# Re-exported: the typed failure a rollout state carries (defined with its kinds in failures.py).
 from verifiers.failures import FailureKind, RolloutFailure  # noqa: F401
 
 ChatMessage = dict[str, Any]

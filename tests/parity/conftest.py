@@ -10,7 +10,7 @@ math-verify, numpy, pyarrow, ...) is this interpreter's own, reached through a
 path entry placed after the oracle's site-packages. No torch or vLLM.
 
 Every case of every test module is generated up front (``cases.py``, seeded) and
-sent to the oracle in ONE subprocess (``oracle_driver.py`` reads JSON cases on
+sent to the oracle in ONE subprocess (``tests/drivers/oracle_driver.py`` reads JSON cases on
 stdin and writes JSON results); the tests compare those results with ours. Without
 PyPI the oracle cannot be built and the tier skips with one line.
 """
@@ -99,7 +99,7 @@ def run_oracle(python: Path, groups: dict, tokenizer_dir: str | None, workdir: P
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OPENAI_API_KEY="EMPTY")
     done = subprocess.run(
-        [str(python), "-I", str(HERE / "oracle_driver.py")],
+        [str(python), "-I", str(HERE.parent / "drivers" / "oracle_driver.py")],
         input=json.dumps({"tokenizer_dir": tokenizer_dir, "groups": groups}),
         capture_output=True,
         text=True,

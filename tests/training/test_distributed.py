@@ -50,7 +50,7 @@ from verifiers.training.loss.losses import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).with_name("dist_train.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "drivers" / "dist_train.py"
 ZERO3_CPU = ROOT / "configs" / "zero3-cpu.yaml"
 TOL = 1e-3  # fp32 server vs fp32 trainer, per sampled token
 STEPS = 2
@@ -284,7 +284,7 @@ def fake_url():
     """Deterministic rollouts: replies depend only on (prompt, seed), and the generator seeds each
     rollout from (seed, batch, slot), so every run with the same seed trains the same batches."""
     from tests import fakeserver
-    from tests.training.dist_train import fake_reply
+    from tests.drivers.dist_train import fake_reply
 
     with pytest.MonkeyPatch.context() as mp:
         # Sampling log-probs of a uniform policy over the 49152-token vocabulary, close to the random

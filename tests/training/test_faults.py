@@ -134,7 +134,7 @@ class BatchRecorder(TrainerCallback):
         self.trainer, self.batches = trainer, []
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.batches.append(self.trainer._buffer.index)
+        self.batches.append(self.trainer._prepared.index)
 
 
 def train(server, tmp_path, env, callbacks=(), **overrides):

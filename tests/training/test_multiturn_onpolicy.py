@@ -31,8 +31,8 @@ pytest.importorskip("transformers")
 
 import verifiers as vf  # noqa: E402
 from tests.vllm_server import serve  # noqa: E402
-from verifiers.training.generation import producer as producer_module  # noqa: E402
 from verifiers.training import trainer as trainer_module  # noqa: E402
+from verifiers.training.generation import producer as producer_module  # noqa: E402
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -62,13 +62,13 @@ def test_step0_is_on_policy_and_trains_each_assistant_token_once(
     env_id, max_tokens, turns, smollm2_model_dir, smol_server, tmp_path, monkeypatch
 ):
     captured = []
-    build = trainer_module.build_buffer
+    prepare = trainer_module.prepare_batch
 
-    def recording_build_buffer(batch, train, *args, **kwargs):
+    def recording_prepare_batch(batch, train, *args, **kwargs):
         captured.append((batch, train))
-        return build(batch, train, *args, **kwargs)
+        return prepare(batch, train, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "build_buffer", recording_build_buffer)
+    monkeypatch.setattr(trainer_module, "prepare_batch", recording_prepare_batch)
     # Keep each rollout's turn tokens (the producer drops them from the states once processed).
     monkeypatch.setattr(producer_module, "lean_outputs", lambda outputs: outputs)
     env = vf.load_environment(env_id, seed=0)

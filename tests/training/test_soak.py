@@ -42,8 +42,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from tests.training.soak_run import drift, format_table, pool_cap, read_samples  # noqa: E402
-from tests.training.test_resume_kill import finish  # noqa: E402
+from tests.drivers.soak_run import drift, format_table, pool_cap, read_samples  # noqa: E402
+from tests.training.lifecycle.test_resume_kill import finish  # noqa: E402
 from tests.vllm_server import serve  # noqa: E402
 from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 from verifiers.training.rl.output import METRICS_FILE  # noqa: E402
@@ -58,7 +58,7 @@ RUN_TIMEOUT_S = 1200  # 325 s measured on 2 busy cores; a hung run fails instead
 def run_soak(port: int, server_pid: int, model: Path, out: Path) -> float:
     """Run ``soak_run`` to the end; returns its wall time. Fails the test with the log's tail."""
     cmd = [
-        sys.executable, "-m", "tests.training.soak_run", "--port", str(port),
+        sys.executable, "-m", "tests.drivers.soak_run", "--port", str(port),
         "--server-pid", str(server_pid), "--model", str(model), "--out", str(out),
         "--steps", str(STEPS), "--every", str(EVERY), "--save-steps", str(SAVE_STEPS),
     ]  # fmt: skip
@@ -130,7 +130,7 @@ def test_300_steps_stay_flat(tiny_model_dir, tmp_path):
 def test_proc_fallback_agrees_with_psutil():
     # Without psutil the figures come from /proc: the same tree, the same counts.
     pytest.importorskip("psutil")
-    from tests.training.soak_run import _proc_tree_stats, tree_stats
+    from tests.drivers.soak_run import _proc_tree_stats, tree_stats
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -146,7 +146,7 @@ def test_proc_fallback_agrees_with_psutil():
 
 def test_the_thread_figure_leaves_out_asyncio_pool_workers_and_bounds_them():
     # CI's step 50 and step 300: the same four threads of ours, the default executor 2 -> 4.
-    from tests.training.soak_run import figure
+    from tests.drivers.soak_run import figure
 
     def sample(pool: int) -> dict:
         names = {"MainThread": 1, "tqdm_monitor": 1, "vf-generator": 1, "asyncio_*": pool}
@@ -173,7 +173,7 @@ def test_python_threads_names_default_executor_workers():
     import asyncio
     import threading
 
-    from tests.training.soak_run import python_threads
+    from tests.drivers.soak_run import python_threads
 
     seen = {}
 

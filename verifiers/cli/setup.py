@@ -176,10 +176,10 @@ def prime_rl_toml(example: str, model: str | None = None) -> str:
 
     config = parse_config(tomllib.loads(example))
     rl = config.rl_config()
-    from verifiers.training.config.fields import recommended
+    from verifiers.training.config.fields import preset_default
 
-    def grpo(name: str) -> Any:  # a GRPOConfig field the vf-rl config passes through, else its default
-        return rl.grpo_args.get(name, recommended(name))
+    def grpo(name: str) -> Any:  # a GRPOConfig field the vf-rl config passes through, else vf-rl's default
+        return rl.grpo_args.get(name, preset_default("rl", name))
 
     name = model or HUB_IDS.get(config.model.lower(), config.model)
     envs = ", ".join(e.id for e in config.envs)

@@ -39,7 +39,7 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def train(config: RunConfig) -> Any:
     """Build the environment, ``RLConfig`` and ``RLTrainer`` for ``config``, and train."""
-    from verifiers.training.rl.config import RLTrainer
+    from verifiers.training.rl import RLTrainer
 
     args = config.rl_config()
     env = load_envs(config.envs, seed=args.grpo_args.get("seed", 0))
@@ -56,7 +56,7 @@ def load_envs(envs: Sequence[EnvConfig], seed: int = 0) -> Any:
     contributes its whole training set once.
     """
     import verifiers as vf
-    from verifiers.training.rl.config import say
+    from verifiers.training.rl.output import say
 
     loaded = []
     for spec in envs:

@@ -58,9 +58,9 @@ import sys
 from collections.abc import MutableMapping, Sequence
 
 from verifiers.cli.common import int_at_least, positive_float
-from verifiers.inference.vllm_flags import RETIRED, drop_retired_flags
 from verifiers.errors import ConfigError, VerifiersError, nearest
 from verifiers.inference.cpu_binding import bind_all_cores
+from verifiers.inference.vllm_flags import RETIRED, drop_retired_flags
 
 logger = logging.getLogger("verifiers.cli.vllm")
 

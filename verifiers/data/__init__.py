@@ -5,3 +5,5 @@ Each bundled dataset is a module exposing ``SPLITS`` (split names) and
 data files: nothing to download, nothing for packaging to forget, and the rows
 are identical on every machine. Load them with ``vf.load_example_dataset(name)``.
 """
+
+__all__ = ["reverse_text"]

@@ -731,12 +731,12 @@ class Environment(ABC):
         zero_truncated_completions: bool = False,
     ) -> ProcessedOutputs:
         """Token-level training data from the server's own tokens (0.1.4's signature):
-        ``rollout.tokens.process_rollouts`` of ``states`` and ``rewards``.
+        ``tokenization.assembly.process_rollouts`` of ``states`` and ``rewards``.
 
         A state from a 0.1.4-style rollout (vLLM responses with token ids in
         ``state["responses"]``, no ``state["turn_tokens"]``) is assembled from
         its responses and ``prompts[i]`` / ``completions[i]`` as 0.1.4 did
-        (``rollout.tokens.turns_from_responses``). Truncation: a sample longer
+        (``tokenization.assembly.turns_from_responses``). Truncation: a sample longer
         than ``max_seq_len`` keeps its prompt and the first tokens of its
         completion; ``mask_truncated_completions`` zeroes a truncated sample's
         loss mask, ``zero_truncated_completions`` its reward.

@@ -9,7 +9,7 @@ trainer's cap on a whole rollout's completion; never sent to the server; also
 truncated, and each turn asks for at most what is left), or when the prompt
 outgrows the model's context window (also truncated). A hook or model call that raises ends the
 rollout with ``state["failure"]`` set (a ``RolloutFailure`` whose kind names
-the hook, see rollout/failure.py); it is logged once per env class and never
+the hook, see failures.py); it is logged once per env class and never
 stops the other rollouts.
 """
 

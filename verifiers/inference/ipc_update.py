@@ -20,7 +20,7 @@ unchanged (unpacked mode, the engines' default).
 
 The trainer keeps every shared tensor alive until the commit returned, then
 calls ``torch.cuda.ipc_collect()`` so the storage can be freed. Untested on GPU
-here: the machines this was written on have none (tests/test_weight_update_gpu_path.py
+here: the machines this was written on have none (tests/inference/test_weight_update_gpu_path.py
 has the ``gpu`` tests).
 """
 

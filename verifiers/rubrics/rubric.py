@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from verifiers.errors import ConfigError
-from verifiers.parsers.parser import Parser
 from verifiers.failures import REWARD_NONFINITE, REWARD_RAISED
+from verifiers.parsers.parser import Parser
 from verifiers.types import Info, Messages, RewardFunc, RolloutScore, RolloutScores, State
 from verifiers.utils.async_utils import is_async_callable
 from verifiers.utils.logging import warn_once
@@ -65,7 +65,7 @@ class NonFiniteRewardError(RewardValueError):
 
 
 RAISED, NONFINITE = REWARD_RAISED, REWARD_NONFINITE
-"""Values of ``state["reward_errors"][name]`` (defined with the failure kinds in rollout/failure.py)."""
+"""Values of ``state["reward_errors"][name]`` (defined with the failure kinds in failures.py)."""
 
 
 def record_reward_errors(state: State | None, problems: dict[str, str]) -> None:

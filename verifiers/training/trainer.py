@@ -1,29 +1,32 @@
 """``GRPOTrainer``: a ``transformers.Trainer`` that learns from environment rollouts.
 
-Wiring only; each stage lives in its own module:
+Wiring only; each stage lives in its own module (paths under ``verifiers/training/``), and
+data flows forward through them:
 
-    producer.py   prompts -> env.a_generate through vf-vllm -> GeneratedBatch
-    generator.py  the producer, run ahead of training in a background thread (batch_queue.py)
-    advantages.py rewards -> group-relative advantages
-    batching.py   ProcessedOutputs -> TrainBatch -> this process's micro-batches
-    buffer.py     GeneratedBatch -> advantages, TrainBatch -> scored micro-batches (Buffer)
-    logprobs.py   model -> per-token log-probs and entropy
-    losses.py     log-probs, advantages, masks -> loss
-    sync.py       weights -> server, after every optimizer step (server_link.py: client, syncer)
-    recovery.py   a lost server: wait for it, re-sync the weights, go on
-    metrics.py    per-step metrics, sample tables, curves
-    checkpoint.py pending rollouts and the batch in training, saved (as data) with each checkpoint
-    checkpoint_save.py  the order of a save, and disk failures as one CheckpointError
-    shutdown.py   SIGINT / SIGTERM: finish the step, save it, exit 130 / 143
+    generation/producer.py   prompts -> env.a_generate through vf-vllm -> tokenized GeneratedBatch
+    generation/generator.py  the producer, run ahead of training in a background thread (queue.py)
+    batch/advantages.py      rewards -> group-relative advantages
+    batch/tensors.py         ProcessedOutputs -> TrainBatch -> this process's micro-batches
+    batch/prepared.py        GeneratedBatch -> TrainBatch -> PreparedBatch (the micro-batches trained);
+                             the trainer adds old / reference log-probs to it (its models)
+    loss/logprobs.py         model -> per-token log-probs and entropy
+    loss/losses.py           log-probs, advantages, masks -> loss
+    weights/sync.py          weights -> server, after every optimizer step (server_link.py: client, syncer)
+    weights/recovery.py      a lost server: wait for it, re-sync the weights, go on
+    metrics/                 per-step metrics (step.py), their names, curves
+    lifecycle/checkpoint.py  pending rollouts and the batch in training, saved (as data) with each checkpoint
+    lifecycle/checkpoint_save.py  the order of a save (CheckpointSave), disk failures as one CheckpointError
+    lifecycle/shutdown.py    SIGINT / SIGTERM: finish the step, save it, exit 130 / 143
 
 How ``Trainer``'s loop drives it: the train dataloader yields *step tickets*
 (``{"micro_step": m}``, ``max_steps × gradient_accumulation_steps`` of them), not
 prompts, because the generator must read prompts ahead of the trainer. Ticket
-``m`` belongs to trained batch ``m // (micro_steps × num_iterations)`` (batch_layout.generation_plan:
-one generation batch, or one optimizer step generated in several rounds when a generation
-batch is smaller than a step);
-``_prepare_inputs`` swaps the ticket for that batch's micro-batch, fetching and
-preparing the batch on its first ticket. On resume ``Trainer`` skips the tickets
+``m`` belongs to trained batch ``m // (micro_steps × num_iterations)`` (``generation_plan``
+in config/batch_layout.py: one generation batch, or one optimizer step generated in
+several rounds when a generation batch is smaller than a step); ``_prepare_inputs``
+swaps the ticket for that batch's micro-batch, fetching the tokenized batch from the
+generator, preparing it (batch/prepared.py) and scoring it with the trainer's models
+on its first ticket. On resume ``Trainer`` skips the tickets
 already trained, and the generator resumes from the saved prompt cursor with the
 saved pending batches. Weights are synced in ``on_step_end`` (after the optimizer
 step, before logging and saving), which also advances the generator's policy
@@ -43,25 +46,34 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 
 from verifiers.errors import ConfigError, StopRequested
-from verifiers.training.lifecycle import checkpoint as ckpt
-from verifiers.training.metrics import step as M
+from verifiers.training.batch.prepared import (
+    PreparedBatch,
+    batches_trained,
+    eval_logprobs,
+    prepare_batch,
+    scores_needed,
+    train_batch,
+)
+from verifiers.training.config.assigned import resolved_config, with_epoch_steps
 from verifiers.training.config.batch_layout import plan_of
-from verifiers.training.batch.prepared import Buffer, build_buffer, eval_logprobs, train_batch
-from verifiers.training.lifecycle.checkpoint_save import save_checkpoint
 from verifiers.training.config.fields import GRPOConfig
 from verifiers.training.generation.generator import BatchGenerator, build_generator
+from verifiers.training.generation.producer import GeneratedBatch, PromptTruncation, sampling_args_from_config
+from verifiers.training.lifecycle import checkpoint as ckpt
+from verifiers.training.lifecycle.checkpoint_save import CheckpointSave, save_checkpoint
+from verifiers.training.lifecycle.processes import (
+    broadcast,
+    combine_metrics,
+    max_over_processes,
+    start_training_processes,
+    wait_together,
+)
+from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
 from verifiers.training.loss.logprobs import sequence_logprobs
 from verifiers.training.loss.losses import compute_loss, step_loss_scale
-from verifiers.training.lifecycle.processes import broadcast, combine_metrics, max_over_processes, wait_together
-from verifiers.training.generation.producer import (
-    GeneratedBatch,
-    PromptTruncation,
-    cap_completions,
-    sampling_args_from_config,
-)
+from verifiers.training.metrics import step as M
 from verifiers.training.weights.recovery import Resync
 from verifiers.training.weights.server_link import ServerLink
-from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
 from verifiers.training.weights.sync import (
     WeightSyncer,
     is_peft_model,
@@ -88,16 +100,6 @@ def _ticket(items: list[int]) -> dict[str, int]:
     return {"micro_step": items[0]}
 
 
-class _WithSteps:
-    """``args`` with ``steps_per_generation`` read as the trained batch's micro-steps."""
-
-    def __init__(self, args: GRPOConfig, micro_steps: int):
-        self._args, self.steps_per_generation = args, micro_steps
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._args, name)
-
-
 class GRPOTrainer(Trainer):
     """GRPO on ``env``'s rollouts, generated by a vf-vllm server and synced back after each step.
 
@@ -122,8 +124,10 @@ class GRPOTrainer(Trainer):
             raise ConfigError(
                 f"args must be a GRPOConfig, got {type(args).__name__}", hint="use vf.grpo_defaults(...)"
             )
-        # 0.1.x scripts assign fields after grpo_defaults(): check and derive from what is there now.
-        args.resolve()
+        # 0.1.x scripts assign fields after grpo_defaults(): train with a new config checked and
+        # derived from what is there now (the caller's object is left as it is).
+        args = resolved_config(args)
+        start_training_processes(args)  # the process group's timeout and clean exit, not the config's
         if isinstance(model, str):
             from verifiers.models import get_model
 
@@ -139,9 +143,8 @@ class GRPOTrainer(Trainer):
         self.samples_per_step = (
             args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
         )
-        if args.max_steps <= 0:  # one ticket list for the whole run: derive the step count from epochs
-            steps_per_epoch = math.ceil(len(dataset) * args.num_generations / self.samples_per_step)
-            args.max_steps = max(1, math.ceil(args.num_train_epochs * steps_per_epoch))
+        # One ticket list for the whole run: a run counted in epochs gets its step count here.
+        args = with_epoch_steps(args, len(dataset))
         eval_dataset = env.get_eval_dataset() if args.eval_strategy != "no" else None
         data = {"train_dataset": dataset, "eval_dataset": eval_dataset, "processing_class": processing_class}
         # A max_prompt_length that no prompt fits (the template and tool schemas alone are longer)
@@ -154,15 +157,12 @@ class GRPOTrainer(Trainer):
             self.ref_model = self._make_ref_model()
         self.metrics = M.MetricsAccumulator()
         self.generator: BatchGenerator | None = None
-        self._buffer: Buffer | None = None
+        self._prepared: PreparedBatch | None = None  # the batch in training
         self._resume_dir: str | None = None
         self._started = False
         self._last_step_end = time.perf_counter()
         self._wait_s = 0.0
         self.micro_per_batch = self.plan.micro_steps * args.num_iterations
-        # What the buffer cuts a trained batch into: its micro-steps (a step generated in rounds
-        # is one trained batch of gradient_accumulation_steps micro-steps).
-        self._batch_args = _WithSteps(args, self.plan.micro_steps)
         self._loss_kwargs = dict(
             beta=args.beta,
             epsilon_low=args.epsilon,
@@ -178,7 +178,8 @@ class GRPOTrainer(Trainer):
         self.add_callback(_StepEnd(self))
         wake = lambda: self.generator.interrupt() if self.generator else None  # noqa: E731
         self.stop_signals = StopSignals(announce=self.accelerator.is_main_process, on_first=wake)
-        self.add_callback(StopAtStepEnd(self))  # after _StepEnd: a stop saves the synced step
+        # After _StepEnd: a stop saves the synced step.
+        self.add_callback(StopAtStepEnd(self.accelerator, self.stop_signals))
 
     # ---- Trainer hooks: data -------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -189,20 +190,20 @@ class GRPOTrainer(Trainer):
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         g, j = divmod(int(inputs["micro_step"]), self.micro_per_batch)
-        if self._buffer is None or self._buffer.index != g:
-            self._buffer = self._load_batch(g)
-        micro = self._buffer.micro[j % self.plan.micro_steps]
+        if self._prepared is None or self._prepared.index != g:
+            self._prepared = self._load_batch(g)
+        micro = self._prepared.micro[j % self.plan.micro_steps]
         step_in_batch = (j % self.plan.micro_steps) // self.args.gradient_accumulation_steps
         out = {k: v.to(self.args.device) if torch.is_tensor(v) else v for k, v in micro.items()}
-        if self._buffer.step_counts:
-            out["step_count"] = self._buffer.step_counts[step_in_batch]
+        if self._prepared.step_counts:
+            out["step_count"] = self._prepared.step_counts[step_in_batch]
         return out
 
     @property
     def trained_rollouts(self) -> list[str]:
         """Ids (``"<batch>.<k>:<digest of prompt and completion>"``) of the rollouts the latest step
         trained on (a slice of the batch when it spans several steps), e.g. for ``on_step_end``."""
-        return list(getattr(self._buffer, "rollout_ids", [])) if self._buffer is not None else []
+        return list(self._prepared.rollout_ids) if self._prepared is not None else []
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         return 0  # tickets carry no tokens; FLOPs are not tracked
@@ -248,9 +249,9 @@ class GRPOTrainer(Trainer):
         return (loss, None) if return_outputs else loss
 
     # ---- generation batches ---------------------------------------------------------------------
-    def _load_batch(self, g: int) -> Buffer:
+    def _load_batch(self, g: int) -> PreparedBatch:
         self._ensure_started()
-        restored = self._restored_buffer(g)
+        restored = self._restored_batch(g)
         if restored is not None:
             return restored
         t0 = time.perf_counter()
@@ -265,7 +266,7 @@ class GRPOTrainer(Trainer):
         self._wait_s += time.perf_counter() - t0
         return self._prepare_batch(batch)
 
-    def _prepare_batch(self, batch: GeneratedBatch) -> Buffer:
+    def _prepare_batch(self, batch: GeneratedBatch) -> PreparedBatch:
         args, outputs, processed = self.args, batch.outputs, batch.processed
         pad_id = self.processing_class.pad_token_id
         pad_id = pad_id if pad_id is not None else self.processing_class.eos_token_id
@@ -297,15 +298,33 @@ class GRPOTrainer(Trainer):
             M.log_samples(
                 outputs, rewards, adv, self.state.global_step, args.num_completions_to_print, wandb, tb
             )
-        return build_buffer(
+        prepared = prepare_batch(
             batch,
             train,
-            self._batch_args,
+            micro_steps=self.plan.micro_steps,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            loss_type=args.loss_type,
             num_processes=self.accelerator.num_processes,
             process_index=self.accelerator.process_index,
-            policy=lambda ids, attn, start: self._logprobs(self.model, ids, attn, start),
-            reference=self._ref_logprobs,
         )
+        self._score(prepared)
+        return prepared
+
+    def _score(self, prepared: PreparedBatch) -> None:
+        """Add the old-policy and reference log-probs each micro-batch needs (``scores_needed``), in
+        place, before any of it is trained: they must not move while the batch is trained."""
+        old, reference = scores_needed(
+            num_iterations=self.args.num_iterations,
+            micro_steps=self.plan.micro_steps,
+            gradient_accumulation_steps=self.args.gradient_accumulation_steps,
+            beta=self.args.beta,
+        )
+        for micro in prepared.micro:  # every rank, in order: under ZeRO-3 each forward is collective
+            ids, attn, start = micro["input_ids_BT"], micro["attention_mask_BT"], micro["start"]
+            if old:
+                micro["old_logprobs_BT"] = self._logprobs(self.model, ids, attn, start)
+            if reference:
+                micro["ref_logprobs_BT"] = self._ref_logprobs(ids, attn, start)
 
     def _logprobs(self, model, ids, attn, start) -> torch.Tensor:
         return eval_logprobs(model, ids, attn, start, self.args.temperature, self.args.device)
@@ -319,18 +338,19 @@ class GRPOTrainer(Trainer):
         return make_reference(model).to(self.args.device)
 
     def _ref_logprobs(self, ids, attn, start) -> torch.Tensor:
-        # Called on every rank for each of its micro-batches (build_buffer): under ZeRO-3 the ranks
+        # Called on every rank for each of its micro-batches (_score): under ZeRO-3 the ranks
         # hold the same number of them, so their collective forwards pair up.
         if self.ref_model is not None:
             return self._logprobs(self.ref_model, ids, attn, start)
         with self._unwrap(self.model).disable_adapter():  # PEFT: reference = base model
             return self._logprobs(self.model, ids, attn, start)
 
-    def _restored_buffer(self, g: int) -> Buffer | None:
+    def _restored_batch(self, g: int) -> PreparedBatch | None:
         if self._resume_dir is None:
             return None
-        buffer, self._resume_dir = ckpt.load_buffer(self._resume_dir, self.accelerator.process_index), None
-        return buffer if buffer is not None and buffer.index == g else None
+        rank = self.accelerator.process_index
+        prepared, self._resume_dir = ckpt.load_prepared_batch(self._resume_dir, rank), None
+        return prepared if prepared is not None and prepared.index == g else None
 
     def _broadcast(self, obj: Any) -> Any:
         return broadcast(self.accelerator, obj)
@@ -353,7 +373,7 @@ class GRPOTrainer(Trainer):
         return self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3
 
     def _gather(self) -> Any:
-        # Looked up here, in this module, when used (tests/training/dist_train.py records gathers).
+        # Looked up here, in this module, when used (tests/drivers/dist_train.py records gathers).
         return zero3_gather if self._zero3() else no_gather
 
     def _unwrap(self, model: Any) -> Any:
@@ -394,11 +414,11 @@ class GRPOTrainer(Trainer):
 
     def _start_generator(self) -> None:
         state = ckpt.load_generator_state(self._resume_dir) if self._resume_dir else None
-        trained = self.state.global_step * self.args.gradient_accumulation_steps // self.micro_per_batch
+        trained, _ = self._batches_trained()
         self.generator = build_generator(
             self.env, self.client, self._served_model_name(),
             PromptTruncation(self.train_dataset, self.env, self.processing_class, self.args.max_prompt_length),
-            self.args, self._process,
+            self.args, self.processing_class,
             trained=trained, state=state, total=self._total_batches(),
         )  # fmt: skip
         if self.stop_signals.requested:  # signalled while connecting: get() must not wait
@@ -408,25 +428,10 @@ class GRPOTrainer(Trainer):
         """Trained batches in the whole run: the generator starts none past them."""
         return math.ceil(self.args.max_steps * self.args.gradient_accumulation_steps / self.micro_per_batch)
 
-    def _process(self, outputs):
-        a = self.args
-        processed = self.env.process_env_results(
-            outputs.prompt,
-            outputs.completion,
-            outputs.state,
-            outputs.reward,
-            self.processing_class,
-            max_seq_len=a.max_seq_len,
-            mask_env_responses=a.mask_env_responses,
-            mask_truncated_completions=a.mask_truncated_completions,
-            zero_truncated_completions=a.zero_truncated_completions,
-        )
-        return cap_completions(  # max_completion_length: the cap on a whole rollout's completion
-            processed,
-            a.max_completion_length,
-            mask_truncated_completions=a.mask_truncated_completions,
-            zero_truncated_completions=a.zero_truncated_completions,
-        )
+    def _batches_trained(self) -> tuple[int, bool]:
+        """Trained batches completed by the optimizer steps so far, and whether the last step ended inside one."""
+        args = self.args
+        return batches_trained(self.state.global_step, args.gradient_accumulation_steps, self.micro_per_batch)
 
     def _after_optimizer_step(self) -> None:
         """on_step_end: sync weights, advance the policy version, refresh the reference, time the step."""
@@ -447,8 +452,7 @@ class GRPOTrainer(Trainer):
         self._wait_s += sync_start - wait_start  # waiting for generation, not training
         self._sync_weights()
         if self.generator is not None:
-            done = self.state.global_step * self.args.gradient_accumulation_steps // self.micro_per_batch
-            self.generator.mark_trained(done)
+            self.generator.mark_trained(self._batches_trained()[0])
         self._maybe_sync_ref_model()
         now = time.perf_counter()
         train_s = (sync_start - self._last_step_end) - self._wait_s
@@ -510,7 +514,7 @@ class GRPOTrainer(Trainer):
             self.args.output_dir, resume_from_checkpoint, is_main_process=self.args.should_save
         )
         self._resume_dir = resume_from_checkpoint or None
-        self._buffer = None
+        self._prepared = None
         self.stop_signals.install()  # SIGINT / SIGTERM: save the step, raise TrainingStopped (shutdown.py)
         try:
             try:
@@ -518,7 +522,11 @@ class GRPOTrainer(Trainer):
             except StopRequested:
                 out = None
             if signum := max_over_processes(self.accelerator, self.stop_signals.signum, self.args.device):
-                conclude(self, signum)  # saves before the generator stops: its state goes in
+                conclude(  # saves before the generator stops: its state goes in
+                    self.accelerator, signum,
+                    output_dir=self.args.output_dir, step=self.state.global_step, max_steps=self.state.max_steps,
+                    save=lambda: self._save_checkpoint(self.model, trial=None),
+                )  # fmt: skip
             self._plot(self.args.output_dir)
             return out
         finally:
@@ -541,7 +549,37 @@ class GRPOTrainer(Trainer):
 
     def _save_checkpoint(self, model, trial) -> None:
         # Our files, the completeness mark, rotation after it, disk failures: checkpoint_save.py.
-        save_checkpoint(self, trial, super()._save_checkpoint)
+        _, mid_batch = self._batches_trained()
+        generator = self.generator
+        save_checkpoint(
+            CheckpointSave(
+                accelerator=self.accelerator,
+                device=self.args.device,
+                run_dir=self._get_output_dir(trial),
+                step=self.state.global_step,
+                should_save=self.args.should_save,
+                save_total_limit=self.args.save_total_limit,
+                keep=lambda: self.state.best_model_checkpoint,
+                trainer_files=lambda: self._trainer_files(trial),
+                prepared=self._prepared if mid_batch else None,
+                # Stopping on a signal: do not wait for the batch being generated (generator.py).
+                generator_state=(lambda: generator.state_dict(wait=not self.stop_signals.requested))
+                if generator is not None
+                else None,
+                plot=self._plot,
+            )
+        )
+
+    def _trainer_files(self, trial) -> None:
+        """``Trainer``'s own checkpoint files, without its rotation (ours runs after the completeness
+        mark). transformers 4.x rotates through ``self._rotate_checkpoints``, 5.x through the module
+        function ``rotate_checkpoints``; both read ``args.save_total_limit``, the one switch common to
+        the supported range, so it is off for the length of this call only."""
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(self.model, trial)
+        finally:
+            self.args.save_total_limit = limit
 
     def _plot(self, folder: str) -> None:
         if self.accelerator.is_main_process:

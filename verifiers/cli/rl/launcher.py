@@ -2,12 +2,12 @@
 
 ``Launcher`` starts the inference server, waits until it serves the model, starts the
 trainer, pumps both logs (to files and the terminal, or tmux panes) and stops both
-process groups when training ends (see cli/rl.py for the plan).
+process groups when training ends (plan.py makes the plan).
 
 Supervision: a server that dies during training is restarted with the same command
 and environment, at most ``inference.max_restarts`` times, after a backoff; the
 trainer waits for it (``vllm_server_timeout``), re-syncs its weights and goes on
-(training/recovery.py). Crash to ready must fit in that same timeout, or the trainer
+(training/weights/recovery.py). Crash to ready must fit in that same timeout, or the trainer
 would give up first. When the server cannot be restarted, the trainer gets SIGTERM,
 saves its checkpoint, and vf-rl ends with one line saying why.
 
@@ -30,14 +30,14 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from verifiers.cli.common import print_error
 from verifiers.errors import ServerError, ServerTimeoutError
 from verifiers.utils.backoff import Backoff, poll_until
 
 if TYPE_CHECKING:
-    from verifiers.cli.rl.plan import Plan
+    from verifiers.cli.run_config.load import RunConfig
 
 STOP_GRACE_S = 10.0
 TAIL_LINES = 20
@@ -64,6 +64,15 @@ class Side:
     def shown(self) -> str:
         gpus = self.env.get("CUDA_VISIBLE_DEVICES")
         return (f"CUDA_VISIBLE_DEVICES={gpus} " if gpus is not None else "") + shlex.join(self.cmd)
+
+
+class Plan(Protocol):
+    """What the launcher reads of a plan (``plan.Plan``; plan.py imports this module, not the reverse)."""
+
+    config: RunConfig
+    server: Side
+    trainer: Side
+    timeout: float
 
 
 # -- running ----------------------------------------------------------------------------------

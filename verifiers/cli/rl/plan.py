@@ -44,15 +44,14 @@ from typing import Any
 
 from verifiers.cli.common import run_cli
 from verifiers.cli.install import find_environment_folder, install_environment
-from verifiers.cli.rl.launcher import (  # noqa: F401 (re-exported: cli/rl.py's 0.2 names)
-    STOP_GRACE_S,
-    TAIL_LINES,
-    Launcher,
-    Side,
-    first_error,
-    stop,
+from verifiers.cli.rl.launcher import Launcher, Side
+from verifiers.cli.run_config.load import (
+    CommandLine,
+    RunConfig,
+    inference_flags,
+    load_config,
+    parse_command_line,
 )
-from verifiers.cli.run_config.load import CommandLine, RunConfig, inference_flags, load_config, parse_command_line
 from verifiers.errors import ConfigError, EnvironmentArgsError
 from verifiers.utils.env_loader import check_env_args, check_env_version, module_name_for
 

@@ -158,7 +158,7 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         )
     trainer_args = _trainer_args(_table(trainer, "args", None, prefix="trainer"))
     resume = trainer_args.pop("resume_from_checkpoint", None)
-    host = _one_value(
+    host, host_path = _one_value(
         "host",
         str,
         DEFAULT_HOST,
@@ -166,7 +166,7 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         ("inference.args.host", inference_args.pop("host", None)),
         ("trainer.args.vllm_server_host", trainer_args.get("vllm_server_host")),
     )
-    port = _one_value(
+    port, port_path = _one_value(
         "port",
         int,
         DEFAULT_PORT,
@@ -174,8 +174,6 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         ("inference.args.port", inference_args.pop("port", None)),
         ("trainer.args.vllm_server_port", trainer_args.get("vllm_server_port")),
     )
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"port {port} is not a TCP port", hint="use 1..65535")
     trainer_args.update(vllm_server_host=host, vllm_server_port=port)
     trainer_args.setdefault("run_name", "-".join(e.name for e in envs))
     gpus = {side: _gpus(table, side) for side, table in (("inference", inference), ("trainer", trainer))}
@@ -201,10 +199,11 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         num_processes=max(gpus["trainer"], 1),
         processes_name="max(trainer.gpus, 1)",
     )
+    # RLConfig applies every field rule (config/rules.py); its errors name the key as written here.
     try:
         rl = RLConfig(**trainer_args)
     except ConfigError as err:
-        raise ConfigError(f"trainer.args: {err.message}", hint=err.hint) from None
+        raise _as_written(err, {"vllm_server_host": host_path, "vllm_server_port": port_path}) from None
     if resume is not None:
         resume = _check_resume(resume, rl.output_dir)
     return RunConfig(
@@ -375,15 +374,25 @@ def _gpus(table: dict[str, Any], side: str) -> int:
     return gpus
 
 
-def _one_value(what: str, tp: Any, default: Any, *given: tuple[str, Any]) -> Any:
-    """The value set (possibly in several places, which must agree) for the server's host or port."""
+def _one_value(what: str, tp: Any, default: Any, *given: tuple[str, Any]) -> tuple[Any, str]:
+    """The value set (possibly in several places, which must agree) for the server's host or port,
+    and the key it was set by (the first; ``trainer.args.<field>`` when none sets it)."""
     values = [(path, v) for path, v in given if v is not None]
     for path, v in values:
         check_type(path, v, tp)
     if len({v for _, v in values}) > 1:
         listed = " and ".join(f"{path} = {v!r}" for path, v in values)
         raise ConfigError(f"{listed} disagree", hint=f"set the server's {what} once, in [inference]")
-    return values[0][1] if values else default
+    return (values[0][1], values[0][0]) if values else (default, given[-1][0])
+
+
+def _as_written(err: ConfigError, paths: dict[str, str]) -> ConfigError:
+    """RLConfig's error as this config's keys: ``trainer.args: <its line>``, or, for a server field
+    set in ``[inference]``, that key (``inference.port = 70000 is not a TCP port ...``)."""
+    for name, path in paths.items():
+        if err.message.startswith(f"{name}=") and not path.startswith("trainer.args."):
+            return ConfigError(f"{path} = {err.message[len(name) + 1 :]}", hint=err.hint)
+    return ConfigError(f"trainer.args: {err.message}", hint=err.hint)
 
 
 # -- the key list of `vf-rl --help` -------------------------------------------------------------

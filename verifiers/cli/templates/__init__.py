@@ -4,3 +4,5 @@ Each ``*.tmpl`` file is a ``string.Template``: ``$name`` is the package name
 (``my-env``), ``$module`` the module name (``my_env``) and ``$title`` a readable
 title. The ``.tmpl`` suffix keeps linters and pytest away from them.
 """
+
+__all__: list[str] = []  # data files only

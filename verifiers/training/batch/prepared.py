@@ -1,44 +1,49 @@
 """The generation batch being trained: a ``GeneratedBatch`` made ready for the loss.
 
 On a generation batch's first step ticket every process (each receives the whole
-batch) builds it in two stages:
+batch) builds it in three stages:
 
 1. ``train_batch``: per-rollout rewards -> group-relative advantages
-   (advantages.py) -> one padded ``TrainBatch`` of every sample (batching.py).
-2. ``build_buffer``: this process's slice of it, cut into ``steps_per_generation``
-   micro-batches, each trimmed to what the loss needs, with the old-policy and
-   reference log-probs computed now, without gradients (they must not move while
-   the batch is trained), and each optimizer step's loss normalizer counted over
-   every process's share (losses.py).
+   (advantages.py) -> one padded ``TrainBatch`` of every sample (tensors.py).
+2. ``prepare_batch``: this process's slice of it, cut into the trained batch's
+   micro-batches, each trimmed to what the loss needs, and each optimizer step's
+   loss normalizer counted over every process's share (losses.py). The result is a
+   ``PreparedBatch``.
+3. The trainer, which owns the models, adds to each micro-batch the log-probs that
+   ``scores_needed`` names (old policy, reference), computed now without gradients:
+   they must not move while the batch is trained (``eval_logprobs``).
 
-The resulting ``Buffer`` is what the trainer hands out micro-batch by micro-batch,
-and what a checkpoint taken inside a generation batch saves (checkpoint.py).
+The ``PreparedBatch`` is what the trainer hands out micro-batch by micro-batch, and
+what a checkpoint taken inside a trained batch saves (lifecycle/checkpoint.py).
+``batches_trained`` says how many trained batches a number of optimizer steps completed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from verifiers.training.metrics import step as M
 from verifiers.training.batch.advantages import compute_advantages
 from verifiers.training.batch.tensors import TrainBatch, build_train_batch, split_batch
+from verifiers.training.generation.producer import GeneratedBatch
 from verifiers.training.loss.logprobs import scoring_inputs, sequence_logprobs
 from verifiers.training.loss.losses import step_counts
-from verifiers.training.generation.producer import GeneratedBatch
-
-Scorer = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
-"""``(input_ids_BT, attention_mask_BT, start) -> log-probs of [:, start:]``, without gradients."""
+from verifiers.training.metrics import step as M
 
 
 @dataclass
-class Buffer:
-    """The generation batch being trained: this process's micro-batches, ready for the loss."""
+class PreparedBatch:
+    """The trained batch: this process's micro-batches, ready for the loss.
+
+    ``micro[m]`` holds ``input_ids_BT``, ``attention_mask_BT``, ``start`` and the token
+    tensors sliced to ``[:, start:]`` (``scoring_inputs``), ``advantages_B``, and, once the
+    trainer scored it, ``old_logprobs_BT`` / ``ref_logprobs_BT`` where ``scores_needed``
+    says. Saved as data in mid-batch checkpoints (lifecycle/checkpoint.py).
+    """
 
     index: int
     micro: list[dict[str, Any]]
@@ -56,6 +61,16 @@ def rollout_ids(batch: GeneratedBatch) -> list[str]:
     return ids
 
 
+def batches_trained(
+    global_step: int, gradient_accumulation_steps: int, micro_per_batch: int
+) -> tuple[int, bool]:
+    """After ``global_step`` optimizer steps: ``(trained batches completed, whether the step ended
+    inside one)``. ``micro_per_batch`` is a trained batch's step tickets (micro-steps ×
+    ``num_iterations``); a batch spans several optimizer steps when it exceeds one."""
+    done, rest = divmod(global_step * gradient_accumulation_steps, micro_per_batch)
+    return done, rest != 0
+
+
 def train_batch(
     batch: GeneratedBatch, args: Any, pad_id: int
 ) -> tuple[list[float], torch.Tensor, dict[str, float], TrainBatch]:
@@ -68,44 +83,55 @@ def train_batch(
     return rewards, advantages_B, adv_stats, build_train_batch(processed, advantages_B, pad_id)
 
 
-def build_buffer(
+def prepare_batch(
     batch: GeneratedBatch,
     train: TrainBatch,
-    args: Any,
     *,
+    micro_steps: int,
+    gradient_accumulation_steps: int,
+    loss_type: str,
     num_processes: int,
     process_index: int,
-    policy: Scorer,
-    reference: Scorer,
-) -> Buffer:
-    """This process's micro-batches of ``train``, scored by ``policy`` / ``reference`` where the loss needs it."""
-    P, steps = num_processes, args.steps_per_generation  # P as in losses.py: processes
+) -> PreparedBatch:
+    """This process's ``micro_steps`` micro-batches of ``train``, trimmed, with each step's loss
+    normalizer; not yet scored (the trainer adds the log-probs ``scores_needed`` names)."""
+    P = num_processes  # as in losses.py: processes
     index = batch.processed.rollout_index or None  # cuts between rollouts (split_batch)
     parts = split_batch(
-        train, num_processes=P, process_index=process_index, num_micro_batches=steps, rollout_index=index
+        train,
+        num_processes=P,
+        process_index=process_index,
+        num_micro_batches=micro_steps,
+        rollout_index=index,
     )
-    micro = [micro_inputs(mb, args, policy, reference) for mb in parts]
+    micro = [micro_inputs(mb) for mb in parts]
     # Every process sees the whole batch, so each counts every process's share of each step.
     masks = [
-        [mb.loss_mask_BT for mb in split_batch(train, num_processes=P, process_index=p, num_micro_batches=steps,
-                                               rollout_index=index)]
+        [mb.loss_mask_BT for mb in split_batch(train, num_processes=P, process_index=p,
+                                               num_micro_batches=micro_steps, rollout_index=index)]
         for p in range(P)
     ]  # fmt: skip
-    counts = step_counts(args.loss_type, masks, args.gradient_accumulation_steps)
-    return Buffer(batch.index, micro, counts, rollout_ids(batch))
+    counts = step_counts(loss_type, masks, gradient_accumulation_steps)
+    return PreparedBatch(batch.index, micro, counts, rollout_ids(batch))
 
 
-def micro_inputs(mb: TrainBatch, args: Any, policy: Scorer, reference: Scorer) -> dict[str, Any]:
-    """The trimmed micro-batch plus old and reference log-probs, computed now (no grad)."""
+def micro_inputs(mb: TrainBatch) -> dict[str, Any]:
+    """One micro-batch trimmed to what the loss needs, with its advantages."""
     out = scoring_inputs(mb.input_ids_BT, mb.attention_mask_BT, mb.loss_mask_BT, mb.sampling_logprobs_BT)
     out["advantages_B"] = mb.advantages_B
-    ids, attn, start = out["input_ids_BT"], out["attention_mask_BT"], out["start"]
-    # Old log-probs are needed once the policy moves within a generation batch.
-    if args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps:
-        out["old_logprobs_BT"] = policy(ids, attn, start)
-    if args.beta > 0:
-        out["ref_logprobs_BT"] = reference(ids, attn, start)
     return out
+
+
+def scores_needed(
+    *, num_iterations: int, micro_steps: int, gradient_accumulation_steps: int, beta: float
+) -> tuple[bool, bool]:
+    """``(old, reference)``: which log-probs each micro-batch needs before training.
+
+    Old log-probs only once the policy moves within a trained batch (it is trained more
+    than once, or spans several optimizer steps); otherwise the loss uses the current
+    ones, detached, which are the same values. Reference log-probs for the KL term (``beta > 0``).
+    """
+    return num_iterations > 1 or micro_steps > gradient_accumulation_steps, beta > 0
 
 
 @torch.no_grad()

@@ -1,17 +1,17 @@
 """``GRPOConfig`` (a ``transformers.TrainingArguments``) and ``grpo_defaults``.
 
-Every training field is declared here once, with its default and its help; ``RLConfig``
-(rl.py), ``grpo_defaults`` and the ``vf-rl`` TOML (cli/toml_schema.py) read them from here.
-The batch layout rule lives in ``batch_layout.py``, the field checks in ``config_rules.py``,
-LoRA in ``lora.py`` (``lora_defaults`` is re-exported here).
+Every training field is declared here once, with its default and its help; the defaults
+that depend on the entry point (``grpo_defaults``' presets, ``RLConfig`` / ``vf-rl``) are
+one table, ``presets.py``. The batch layout rule lives in ``batch_layout.py``, the field
+checks in ``rules.py``, LoRA in ``lora.py`` (``lora_defaults`` is re-exported here).
 
-Settings assigned after construction (``args = grpo_defaults(...)`` then
-``args.num_generations = 12``, the 0.1.x habit) are honoured: ``GRPOTrainer``
-calls :meth:`GRPOConfig.resolve`, which re-runs every check and re-derives every
-value that ``__post_init__`` derived (batch layout, ``epsilon_high``,
-``max_prompt_length``, ``max_tokens``) from the values then on the object. A
-value the user gave, at construction or by assignment, is kept; one that was
-only derived is derived again.
+The config is inert: constructing it checks and derives, and nothing else (no hook on
+assignment, no process-group or exit side effects; ``GRPOTrainer`` applies those where
+training starts). Settings assigned after construction (``args = grpo_defaults(...)``
+then ``args.num_generations = 12``, the 0.1.x habit) are honoured by ``assigned.py``:
+the trainer trains with a new config built from the values then on the object, in which
+a value the user gave, at construction or by assignment, is kept and one that was only
+derived is derived again.
 """
 
 from __future__ import annotations
@@ -26,21 +26,19 @@ from typing import Any
 from transformers import TrainingArguments
 
 from verifiers.errors import ConfigError
+from verifiers.training.config.assigned import DERIVED_FIELDS, resolved_config
 from verifiers.training.config.batch_layout import resolve_batch_layout
+from verifiers.training.config.choices import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
+from verifiers.training.config.collective import collective_timeout, cpu_distributed_backend
+from verifiers.training.config.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
+from verifiers.training.config.presets import AUTO, FIELD, preset_value, preset_values
 from verifiers.training.config.rules import (
     LORA_SYNC_MODES,
     at_least,
+    check_report_to,
     fail,
     training_args_error,
     validate_fields,
-)
-from verifiers.training.config.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
-from verifiers.training.loss.losses import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
-from verifiers.training.lifecycle.processes import (
-    apply_collective_timeout,
-    collective_timeout,
-    cpu_distributed_backend,
-    destroy_group_at_exit,
 )
 from verifiers.training.config.trl_names import refuse_unknown_fields, scale_rewards_flag
 from verifiers.utils.logging import warn_once
@@ -49,18 +47,6 @@ logger = logging.getLogger(__name__)
 
 DAPO_EPSILON_HIGH = 0.28  # the DAPO paper's clip-higher bound
 DEFAULT_MAX_PROMPT_LENGTH = 512  # capped at max_seq_len // 2 (default_max_prompt_length)
-# Fields whose stored value may be derived from others (None = derive). The user's own
-# values live in ``_given`` so ``resolve`` can tell a choice from a derivation.
-DERIVED_FIELDS = (
-    "generation_batch_size",
-    "steps_per_generation",
-    "epsilon_high",
-    "max_prompt_length",
-    "max_tokens",
-    "max_completion_length",
-    "eval_steps",  # TrainingArguments': None -> logging_steps under eval_strategy="steps"
-    "ddp_timeout",  # None -> processes.collective_timeout
-)
 __all__ = [  # the names this module has always offered, some now defined next door
     "GRPOConfig",
     "grpo_defaults",
@@ -235,10 +221,15 @@ class GRPOConfig(TrainingArguments):
     num_completions_to_print: int | None = _f(None, "Rows in the sample table; None: all of the batch.")
     shuffle_dataset: bool = _f(True, "Shuffle the prompt dataset each epoch.")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> GRPOConfig:
+        # A TRL field (use_vllm=True, ...) or a typo gets one line with the fix, not a bare TypeError.
+        # __new__ sees the same keywords as the dataclass __init__, which stays the generated one.
+        refuse_unknown_fields(kwargs, _field_names(cls))
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
-        # The values as given; from the end of __post_init__ on, assignments to them are recorded.
-        self.__dict__["_given"] = {name: getattr(self, name) for name in DERIVED_FIELDS}
-        self._derive_fields()
+        given = {name: getattr(self, name) for name in DERIVED_FIELDS}
+        self._derive_fields(given)
         validate_fields(self)
         cpu_distributed_backend(self)
         try:
@@ -247,116 +238,49 @@ class GRPOConfig(TrainingArguments):
             raise
         except ValueError as err:  # TrainingArguments' own checks: the same kind of bad input
             raise training_args_error(self, err) from None
-        self._derive_layout()
-        apply_collective_timeout(self.ddp_timeout)
-        destroy_group_at_exit()
-        self.__dict__["_recording"] = True
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # An assignment to a derived field after construction is the user's choice: remember it,
-        # so resolve() keeps it instead of deriving the field again.
-        if self.__dict__.get("_recording") and name in self.__dict__["_given"]:
-            self.__dict__["_given"][name] = value
-        super().__setattr__(name, value)
-
-    def _store(self, name: str, value: Any) -> None:
-        """Set a derived value without recording it as the user's."""
-        object.__setattr__(self, name, value)
+        self._derive_layout(given)
+        # What was derived rather than given: a plain record, read by assigned.py to tell a value
+        # assigned after construction (kept) from one still as derived (derived again).
+        self._derived = {name: getattr(self, name) for name, value in given.items() if value is None}
 
     def resolve(self) -> GRPOConfig:
-        """Check and derive again from the values now on the object; returns ``self``.
+        """A new ``GRPOConfig`` checked and derived from the values now on this one (which is unchanged).
 
-        ``GRPOTrainer`` calls it, so fields assigned after construction are
-        validated and honoured. Raises ``ConfigError`` like the constructor.
+        ``GRPOTrainer`` trains with it, so fields assigned after construction are
+        validated and honoured (``assigned.resolved_config``). Raises ``ConfigError``
+        like the constructor.
         """
-        # A config unpickled from before resolve() existed has no record: take its values as given.
-        self.__dict__.setdefault("_given", {name: getattr(self, name, None) for name in DERIVED_FIELDS})
-        self.__dict__["_recording"] = False  # what resolve() itself sets is derived, not given
-        try:
-            self._derive_fields()
-            validate_fields(self)
-            self._derive_training_args()
-            self._derive_layout()
-            apply_collective_timeout(self.ddp_timeout)
-            destroy_group_at_exit()
-        finally:
-            self.__dict__["_recording"] = True
-        return self
+        return resolved_config(self)
 
-    def _derive_training_args(self) -> None:
-        """TrainingArguments' own conversions and derivations from fields a script may assign:
-        choice strings to their enums (a bad one is refused), ``eval_steps`` from ``logging_steps``,
-        ``report_to`` as a list, ``mixed_precision`` from ``bf16`` / ``fp16``, then its checks."""
-        import os
-
-        from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
-        from transformers.training_args import OptimizerNames
-
-        kinds = (
-            ("eval_strategy", IntervalStrategy),
-            ("logging_strategy", IntervalStrategy),
-            ("save_strategy", SaveStrategy),
-            ("lr_scheduler_type", SchedulerType),
-            ("optim", OptimizerNames),
-        )
-        try:
-            for name, kind in kinds:
-                self._store(name, kind(getattr(self, name)))
-            eval_steps = self.__dict__["_given"]["eval_steps"]
-            if self.eval_strategy == IntervalStrategy.STEPS and not eval_steps:
-                eval_steps = self.logging_steps
-            self._store("eval_steps", eval_steps)
-            if self.eval_strategy != IntervalStrategy.NO:
-                self.do_eval = True
-            if self.report_to in ("none", ["none"]):
-                self.report_to = []
-            elif isinstance(self.report_to, str):
-                self.report_to = [self.report_to]
-            validate = getattr(super(), "_validate_args", None)  # transformers >= 5: its checks alone
-            if callable(validate):
-                validate()
-        except ConfigError:
-            raise
-        except ValueError as err:
-            raise training_args_error(self, err) from None
-        precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
-        precision = "fp16" if self.fp16 else "bf16" if self.bf16 else precision
-        if precision != getattr(self, "mixed_precision", precision):  # bf16 / fp16 assigned
-            self.mixed_precision = precision
-            if getattr(self, "deepspeed_plugin", None) is not None:
-                self.deepspeed_plugin.set_mixed_precision(precision)
-
-    def _derive_fields(self) -> None:
+    def _derive_fields(self, given: dict[str, Any]) -> None:
         """``max_prompt_length``, ``epsilon_high``, ``ddp_timeout`` from the given values.
 
         ``max_tokens`` (per turn) and ``max_completion_length`` (the whole rollout) are two
         limits, kept as given: the first turn may use at most the smaller of the two.
         """
-        given = self.__dict__["_given"]
         tokens, completion = given["max_tokens"], given["max_completion_length"]
         if completion is not None:
             at_least("max_completion_length", completion, 1, "or None for no cap on a rollout's completion")
-        self._store("max_tokens", tokens)
-        self._store("max_completion_length", completion)
+        self.max_tokens = tokens
+        self.max_completion_length = completion
         if self.stop is not None:
             if isinstance(self.stop, str):  # one string, as OpenAI's API also takes it
-                self._store("stop", [self.stop])
+                self.stop = [self.stop]
             elif not all(isinstance(s, str) and s for s in self.stop):
                 fail(f"stop={self.stop!r} must be a list of non-empty strings", 'e.g. stop = ["</answer>"]')
         prompt = given["max_prompt_length"]
         if prompt is None and isinstance(self.max_seq_len, int):  # a bad max_seq_len fails validation
             prompt = default_max_prompt_length(self.max_seq_len)
-        self._store("max_prompt_length", prompt)
-        self._store("scale_rewards", scale_rewards_flag(self.scale_rewards))
+        self.max_prompt_length = prompt
+        self.scale_rewards = scale_rewards_flag(self.scale_rewards)
         high = given["epsilon_high"]
         if high is None:
             high = DAPO_EPSILON_HIGH if self.loss_type == "dapo" else self.epsilon
-        self._store("epsilon_high", high)
+        self.epsilon_high = high
         timeout = given["ddp_timeout"]
-        self._store("ddp_timeout", collective_timeout(self) if timeout is None else timeout)
+        self.ddp_timeout = collective_timeout(self) if timeout is None else timeout
 
-    def _derive_layout(self) -> None:
-        given = self.__dict__["_given"]
+    def _derive_layout(self, given: dict[str, Any]) -> None:
         layout = resolve_batch_layout(
             per_device_train_batch_size=self.per_device_train_batch_size,
             num_processes=self.world_size,
@@ -365,8 +289,8 @@ class GRPOConfig(TrainingArguments):
             generation_batch_size=given["generation_batch_size"],
             steps_per_generation=given["steps_per_generation"],
         )
-        self._store("generation_batch_size", layout[0])
-        self._store("steps_per_generation", layout[1])
+        self.generation_batch_size = layout[0]
+        self.steps_per_generation = layout[1]
 
     @property
     def eval_batch_size(self) -> int:
@@ -382,18 +306,30 @@ class GRPOConfig(TrainingArguments):
         )
 
 
-_dataclass_init = GRPOConfig.__init__
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
 
 
-@functools.wraps(_dataclass_init)
-def _init_refusing_unknown_fields(self: GRPOConfig, *args: Any, **kwargs: Any) -> None:
-    # A TRL field (use_vllm=True, ...) or a typo gets one line with the fix, not a bare TypeError.
-    refuse_unknown_fields(kwargs, _FIELD_NAMES)
-    _dataclass_init(self, *args, **kwargs)
+def field_default(name: str) -> Any:
+    """``GRPOConfig``'s own default of field ``name`` (KeyError for a field with none)."""
+    f = GRPOConfig.__dataclass_fields__[name]
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    if f.default is dataclasses.MISSING:
+        raise KeyError(f"GRPOConfig.{name} has no plain default")
+    return f.default
 
 
-_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(GRPOConfig) if f.init)
-GRPOConfig.__init__ = _init_refusing_unknown_fields  # type: ignore[method-assign]
+def preset_default(preset: str, name: str) -> Any:
+    """The default ``name`` gets under ``preset``: the presets table's value, else the field's own.
+
+    ``AUTO`` is returned as ``None`` (an RLConfig field: None = decide at ``to_grpo_config``).
+    """
+    value = preset_value(preset, name)
+    if value is FIELD:
+        return field_default(name)
+    return None if value is AUTO else value
 
 
 def default_max_prompt_length(max_seq_len: int) -> int:
@@ -402,69 +338,34 @@ def default_max_prompt_length(max_seq_len: int) -> int:
     return max(1, min(DEFAULT_MAX_PROMPT_LENGTH, max_seq_len // 2))
 
 
-# The "small" preset on top of the field defaults: LoRA on a small model on one machine, as the
-# shipped examples train (grpo_defaults(..., preset="small")) and vf-rl's RLConfig defaults (one copy).
-RECOMMENDED: dict[str, Any] = dict(
-    max_steps=500,
-    lr_scheduler_type="constant_with_warmup",
-    warmup_steps=0,  # with warm-up, constant_with_warmup trains step 1 at a learning rate of 0
-    beta=0.0,  # no KL penalty: saves the reference model's forward pass (and its memory)
-    save_strategy="steps",
-    save_steps=50,  # the last step is saved too, whatever max_steps is
-    logging_steps=1,
-    report_to="none",  # "wandb" or "tensorboard" to report the metrics
-)
-
-
-def recommended(name: str) -> Any:
-    """The recommended default of a ``GRPOConfig`` field: ``RECOMMENDED``'s, else the field's own."""
-    if name in RECOMMENDED:
-        return RECOMMENDED[name]
-    default = GRPOConfig.__dataclass_fields__[name].default
-    if default is dataclasses.MISSING:
-        raise KeyError(f"GRPOConfig.{name} has no plain default")
-    return default
-
-
-# What grpo_defaults() gives without a preset: the values 0.1.x scripts were written against
-# (shared/reference/api.md), on top of the field defaults.
-GRPO_DEFAULTS: dict[str, Any] = dict(
-    max_steps=500, lr_scheduler_type="constant_with_warmup", warmup_steps=10, max_grad_norm=0.01,
-    max_seq_len=4096, gradient_checkpointing=True, save_strategy="steps", save_steps=500,
-    logging_steps=1, report_to="wandb",
-)  # fmt: skip
-PRESETS: dict[str, dict[str, Any]] = {"default": GRPO_DEFAULTS, "small": RECOMMENDED}
-
-
 def grpo_defaults(run_name: str, preset: str = "default", **overrides: Any) -> GRPOConfig:
     """A ``GRPOConfig`` with a preset's settings, ``overrides`` applied on top.
 
-    ``"default"`` (:data:`GRPO_DEFAULTS`): the values 0.1.x scripts rely on (learning rate
-    1e-6, 10 warm-up steps, ``max_grad_norm`` 0.01, ``max_seq_len`` 4096, gradient
-    checkpointing, W&B). ``"small"`` (:data:`RECOMMENDED`, also vf-rl's defaults): LoRA on a
-    small model on one machine, as the shipped examples train (no warm-up, ``max_grad_norm``
-    1.0, no KL term, ``max_seq_len`` 2048, a checkpoint every 50 steps, no reporting).
+    The presets are columns of the table in ``presets.py`` (each value with its reason).
+    ``"default"``: the values 0.1.x scripts rely on (learning rate 1e-6, 10 warm-up steps,
+    ``max_grad_norm`` 0.01, ``max_seq_len`` 4096, gradient checkpointing, W&B).
+    ``"small"`` (also vf-rl's defaults, with LoRA on top): LoRA on a small model on one
+    machine, as the shipped examples train (no warm-up, ``max_grad_norm`` 1.0, no KL term,
+    ``max_seq_len`` 2048, a checkpoint every 50 steps, no reporting).
     Both: a step is 4 prompts × 8 completions, in bf16 where the hardware has it.
 
-    Never fails for lack of hardware or optional packages: without a bf16-capable
-    accelerator it trains in fp32, and with ``report_to="wandb"`` but no wandb installed
-    it reports to tensorboard if installed, else nowhere (one warning each). ``bf16=True``
-    with ``use_cpu=True`` is kept (CPU bf16 autocast, asked for explicitly). Checkpoints
-    hold the model only (``save_only_model=True``); pass ``False`` to resume exactly.
+    Never fails for lack of hardware: without a bf16-capable accelerator it trains in fp32
+    (one warning); ``bf16=True`` with ``use_cpu=True`` is kept (CPU bf16 autocast, asked for
+    explicitly). The preset's ``report_to="wandb"`` without wandb installed reports to
+    tensorboard if installed, else nowhere (one warning); a ``report_to`` naming wandb given
+    here is refused in one line instead. Checkpoints hold the model only
+    (``save_only_model=True``); pass ``False`` to resume exactly.
     """
-    if preset not in PRESETS:
-        raise ConfigError(f"grpo_defaults: unknown preset {preset!r}", hint=f"use one of {sorted(PRESETS)}")
-    args: dict[str, Any] = dict(
-        output_dir=f"outputs/{run_name}",
-        run_name=run_name,
-        **PRESETS[preset],
-        bf16=True,
-        gradient_accumulation_steps=4,
-        save_only_model=True,
-        log_on_each_node=False,
-        log_completions=True,
-    )
+    if preset not in GRPO_DEFAULTS_PRESETS:
+        raise ConfigError(
+            f"grpo_defaults: unknown preset {preset!r}", hint=f"use one of {sorted(GRPO_DEFAULTS_PRESETS)}"
+        )
+    args: dict[str, Any] = dict(output_dir=f"outputs/{run_name}", run_name=run_name, **preset_values(preset))
+    if "report_to" in overrides:  # the user's own choice: refused, not replaced, when wandb is missing
+        check_report_to(overrides["report_to"], "report_to")
     args.update(overrides)
+    if args.get("bf16") is AUTO:
+        args["bf16"] = True  # then off below without a bf16-capable accelerator
     if args.get("bf16") and not (args.get("use_cpu") and overrides.get("bf16")) and not _bf16_accelerator():
         warn_once(
             logger,
@@ -474,6 +375,9 @@ def grpo_defaults(run_name: str, preset: str = "default", **overrides: Any) -> G
         args["bf16"] = False
     args["report_to"] = _available_report_to(args.get("report_to"))
     return GRPOConfig(**args)
+
+
+GRPO_DEFAULTS_PRESETS = ("default", "small")  # the columns of presets.PRESET_TABLE grpo_defaults takes
 
 
 def _bf16_accelerator() -> bool:

@@ -1,19 +1,24 @@
 """The rules a ``GRPOConfig``'s values must satisfy, each failing as one ``ConfigError`` line.
 
-``validate_fields`` holds the field checks; ``training_args_error`` turns a ``ValueError``
-from ``TrainingArguments`` into the same kind of line; ``fail`` / ``at_least`` /
-``positive`` are the shared ways of saying what is wrong and how to fix it.
+The only place fields are checked. ``validate_fields`` holds ``GRPOConfig``'s field checks;
+``check_entry_fields`` the stricter ones of the rollout-counted front door (``RLConfig``,
+``vf-rl``: whole numbers, steps rather than epochs, a per-turn limit inside ``max_seq_len``);
+``check_report_to`` the W&B rule; ``training_args_error`` turns a ``ValueError`` from
+``TrainingArguments`` into the same kind of line. Front doors with their own vocabulary call
+these under :func:`renamed`, so an error names a field as the user wrote it. ``fail`` /
+``at_least`` / ``positive`` are the shared ways of saying what is wrong and how to fix it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verifiers.errors import ConfigError
-from verifiers.training.generation.cpu_phases import CPU_PHASES
-from verifiers.training.loss.losses import LOSS_TYPES
+from verifiers.training.config.choices import CPU_PHASES, LOSS_TYPES
 
 LORA_SYNC_MODES = ("auto", "adapter", "merged")
 
@@ -93,7 +98,10 @@ def validate_fields(c: Any) -> None:
         positive(name, getattr(c, name), "a number of seconds")
     check_collective_timeout(c)
     if not 1 <= c.vllm_server_port <= 65535:
-        fail(f"vllm_server_port={c.vllm_server_port} is not a TCP port", "use 1..65535")
+        fail(
+            f"vllm_server_port={c.vllm_server_port} is not a TCP port: it must be in [1, 65535]",
+            "use 1..65535",
+        )
     if c.importance_sampling_cap is not None and c.importance_sampling_cap < 1.0:
         fail(
             f"importance_sampling_cap={c.importance_sampling_cap} must be >= 1",
@@ -124,8 +132,8 @@ def validate_fields(c: Any) -> None:
 
 def check_collective_timeout(c: Any) -> None:
     """``ddp_timeout`` must outlast what the main process does while the others wait in a
-    collective (processes.py explains which waits count), or a healthy run fails on a timeout."""
-    from verifiers.training.lifecycle.processes import COLLECTIVE_MARGIN_S, min_collective_timeout
+    collective (lifecycle/processes.py explains which waits count), or a healthy run fails on a timeout."""
+    from verifiers.training.config.collective import COLLECTIVE_MARGIN_S, min_collective_timeout
 
     at_least("ddp_timeout", c.ddp_timeout, 1, "or None to derive it")
     least = min_collective_timeout(c)
@@ -163,3 +171,105 @@ def training_args_error(config: Any, err: ValueError) -> ConfigError:
         choices = match["choices"].replace("'", "")
         return ConfigError(f"{where} is not a valid {match['kind']}", hint=f"use one of: {choices}")
     return ConfigError(f"invalid training arguments: {message}", hint="fix the field it names")
+
+
+def check_report_to(report_to: Any, name: str = "report_to") -> None:
+    """A ``report_to`` the user gave that names wandb needs wandb installed (one line, else).
+
+    A preset's own ``"wandb"`` falls back instead (``fields._available_report_to``): only a
+    value someone wrote is refused, since they asked for W&B by name.
+    """
+    import importlib.util
+
+    targets = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "wandb" in targets and importlib.util.find_spec("wandb") is None:
+        fail(f"{name}={report_to!r} includes 'wandb' but wandb is not installed", "pip install wandb")
+
+
+@contextlib.contextmanager
+def renamed(names: Mapping[str, str], prefix: str = "") -> Iterator[None]:
+    """Re-raise a ``ConfigError`` with field names translated (``{GRPOConfig name: the caller's}``,
+    whole words, in the problem and the hint) and ``prefix`` in front: a front door's own vocabulary."""
+    try:
+        yield
+    except ConfigError as err:
+        if not names and not prefix:
+            raise
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b") if names else None
+
+        def translate(text: str | None) -> str | None:
+            if text is None or pattern is None:
+                return text
+            return pattern.sub(lambda m: names[m.group(1)], text)
+
+        raise ConfigError(prefix + (translate(err.message) or ""), hint=translate(err.hint)) from None
+
+
+# The front door's rules (RLConfig / vf-rl), in GRPOConfig's names (RLConfig's own last):
+# (integer?, lowest, lowest allowed?, None allowed?, hint). Fields GRPOConfig checks itself
+# are listed only for their type; validate_fields then checks their range.
+_ENTRY_RULES: dict[str, tuple[bool, float | None, bool, bool, str]] = {
+    "max_steps": (True, 1, True, False, "the number of optimizer steps"),
+    "max_seq_len": (True, None, True, False, "prompt and completion need a token each"),
+    "max_tokens": (True, None, True, True, "or None for no per-turn limit"),
+    "max_prompt_length": (True, None, True, True, "or None for min(512, max_seq_len // 2)"),
+    "learning_rate": (False, None, True, False, "e.g. 1e-5 with LoRA"),
+    "warmup_steps": (True, 0, True, False, "0 for no warm-up"),
+    "max_grad_norm": (False, 0, True, False, "0 turns gradient clipping off"),
+    "weight_decay": (False, 0, True, False, "0.0 for none"),
+    "beta": (False, None, True, False, "0.0 turns the KL penalty off"),
+    "num_iterations": (True, None, True, False, "passes over each batch"),
+    "num_batches_ahead": (True, None, True, False, "0 means synchronous generation"),
+    "temperature": (False, None, True, False, "GRPO needs sampled, differing completions"),
+    "top_p": (False, None, True, False, "1.0 disables nucleus sampling"),
+    "top_k": (True, None, True, True, "or None to sample from all tokens"),
+    "min_p": (False, None, True, True, "or None to disable min-p sampling"),
+    "repetition_penalty": (False, None, True, False, "1.0 means no penalty"),
+    "vllm_server_port": (True, None, True, False, "a TCP port"),
+    "vllm_server_timeout": (False, None, True, False, "seconds"),
+    "async_generation_timeout": (False, None, True, False, "seconds"),
+    "max_concurrent": (True, None, True, False, "rollouts in flight at once"),
+    "eval_steps": (True, 1, True, True, "or None"),
+    "save_steps": (True, 1, True, False, "steps between checkpoints"),
+    "logging_steps": (True, 1, True, False, "steps between log lines"),
+    "num_completions_to_print": (True, None, True, True, "rows of each sample block"),
+    "log_samples_every": (True, 0, True, False, "0: never"),
+}
+
+
+def check_entry_fields(values: Mapping[str, Any]) -> None:
+    """The front door's rules on ``values`` (``{GRPOConfig name: value}``, plus RLConfig's
+    ``log_samples_every``): whole numbers where a count is meant, steps rather than epochs, a
+    named run, and a per-turn ``max_tokens`` inside ``max_seq_len``. ``validate_fields`` checks
+    the rest."""
+    for name, (integer, low, low_ok, none_ok, hint) in _ENTRY_RULES.items():
+        if name not in values:
+            continue
+        value = values[name]
+        if value is None and none_ok:
+            continue
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not is_number or (integer and not isinstance(value, int)):
+            fail(f"{name}={value!r} must be {'an integer' if integer else 'a number'}", hint)
+        if low is not None and (value < low if low_ok else value <= low):
+            fail(f"{name}={value!r} must be {'>=' if low_ok else '>'} {low}", hint)
+    if "run_name" in values and not (values["run_name"] and isinstance(values["run_name"], str)):
+        fail(f"run_name={values['run_name']!r} must be a non-empty string")
+    tokens, seq = values.get("max_tokens"), values.get("max_seq_len")
+    if tokens is not None and seq is not None and not 1 <= tokens < seq:
+        fail(
+            f"max_tokens={tokens} must be >= 1 and < max_seq_len={seq}",
+            "it is the per-turn limit; prompt and completion together must fit max_seq_len",
+        )
+
+
+def check_wandb_settings(report_to: Any, settings: Mapping[str, Any]) -> None:
+    """W&B settings (``{name: value}``, e.g. ``wandb_project``) only reach W&B: refused when
+    ``report_to`` does not include it, where they would be accepted and do nothing."""
+    targets = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    given = [name for name, value in settings.items() if value]
+    if given and "wandb" not in targets:
+        fail(
+            f"{given[0]}={settings[given[0]]!r} is set but report_to={report_to!r} does not include 'wandb'",
+            'add report_to = "wandb" (pip install wandb), or drop the W&B settings',
+        )

@@ -32,9 +32,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-logger = logging.getLogger("verifiers.training.generation.cpu_phases")
+from verifiers.training.config.choices import CPU_PHASES  # noqa: F401 (re-exported: the accepted values)
 
-CPU_PHASES = ("auto", "exclusive", "overlap")
+logger = logging.getLogger("verifiers.training.generation.cpu_phases")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A thread with its own event loop runs a producer (``RolloutProducer`` from
 producer.py: what one batch is and how it is produced) ahead of training. Which
 batch may start, and how stale a batch may be, is ``BatchQueue``'s business
-(batch_queue.py): batch ``i`` starts only once ``i - num_batches_ahead`` batches
+(queue.py): batch ``i`` starts only once ``i - num_batches_ahead`` batches
 are trained, and at most ``max_queue_size`` finished batches wait. A failure in
 the thread is raised in the main thread as ``GenerationError`` with the cause
 chained. ``build_generator`` wires producer and thread from a ``GRPOConfig``.
@@ -14,7 +14,7 @@ Faults the generator rides out, each counted in the batch's metrics and logged o
   from the same prompts (the prompt cursor is rewound), up to ``max_retries``
   times (``errors/generation_timeout``); then it is an error.
 - A server that stops answering (rollouts fail with ``ServerUnreachableError``):
-  the batch is dropped and rewound, and ``ServerRecovery`` (recovery.py) waits
+  the batch is dropped and rewound, and ``ServerRecovery`` (weights/recovery.py) waits
   for the server and for the trainer's weight re-sync, which the trainer sees as
   ``get(i, resync=True)`` returning a ``Resync``; then the batch is generated
   again (``errors/server_restarts``).
@@ -29,21 +29,21 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from verifiers.errors import GenerationError, ServerUnreachableError, StopRequested
-from verifiers.training.generation.queue import BatchQueue
 from verifiers.training.generation.cpu_phases import choose_phases
 from verifiers.training.generation.producer import (
     GeneratedBatch,
     PromptStream,
     RolloutProducer,
+    TokenSettings,
     group_filter_from_config,
     sampling_args_from_config,
 )
+from verifiers.training.generation.queue import BatchQueue
 from verifiers.training.weights.recovery import Resync, ServerRecovery
-from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.generation.generator")
@@ -420,13 +420,16 @@ def build_generator(
     model: str,
     dataset: Any,
     args: Any,
-    process: Callable[[GenerateOutputs], ProcessedOutputs | None],
+    tokenizer: Any,
     *,
     trained: int,
     state: dict[str, Any] | None = None,
     total: int | None = None,
 ) -> BatchGenerator:
     """A started ``BatchGenerator`` for a ``GRPOConfig``; ``state`` (from a checkpoint) resumes it.
+
+    Its batches carry their token data, made in the generator thread with ``tokenizer``
+    and the config's ``TokenSettings``.
 
     Without a saved state the prompt cursor is estimated from the batches trained
     (exact unless difficulty filtering drew extra prompts). How far ahead it runs is
@@ -454,7 +457,8 @@ def build_generator(
         num_generations=args.num_generations,
         sampling_args=sampling_args_from_config(args),
         max_concurrent=args.max_concurrent,
-        process=process,
+        tokenizer=tokenizer,
+        tokens=TokenSettings.from_config(args),
         keep_groups=group_filter_from_config(args),
         max_filter_rounds=args.max_filter_rounds,
         seed=args.seed,

@@ -8,15 +8,16 @@ From the data outwards:
 - ``RolloutProducer``: one generation batch as a coroutine. Takes the next prompts,
   repeats each ``num_generations`` times, runs ``env.a_generate`` through the
   server, optionally drops groups that carry no signal (oversampling to keep the
-  batch full), turns the rollouts into token data, and returns a
-  ``GeneratedBatch``. Rollouts that could not reach the server make it raise
+  batch full), turns the rollouts into token data (``tokenize_rollouts``, with the
+  tokenizer and the ``TokenSettings`` it was given), and returns a ``GeneratedBatch``. Rollouts that could not reach the server make it raise
   ``ServerUnreachableError``: they say nothing about the model, so the batch is
   generated again once the server is back (generator.py).
-- ``sampling_args_from_config`` / ``group_filter_from_config``: a ``GRPOConfig``'s
-  fields as the producer's sampling arguments and group filter.
+- ``sampling_args_from_config`` / ``group_filter_from_config`` / ``TokenSettings.from_config``:
+  a ``GRPOConfig``'s fields as the producer's sampling arguments, group filter and
+  tokenization settings.
 - ``PromptTruncation``: the training dataset with each prompt cut to
   ``max_prompt_length`` tokens as it is read (``truncate_prompt`` in
-  rollout/tokens.py says how and why before the server), counted in the batch
+  tokenization/assembly.py says how and why before the server), counted in the batch
   metric ``prompt_truncated_frac``.
 
 ``BatchGenerator`` (generator.py) runs the producer ahead of training in a
@@ -47,7 +48,7 @@ logger = logging.getLogger("verifiers.training.generation.producer")
 # data is built, so pending batches can be saved with a checkpoint).
 LEAN_STATE_KEYS = ("is_truncated", "error", "failure", "timing", "turn", "reward_errors", "tool_timeouts")
 
-# process_rollouts' count of truncated samples in ProcessedOutputs.metrics (rollout/tokens.py).
+# process_rollouts' count of truncated samples in ProcessedOutputs.metrics (tokenization/assembly.py).
 TRUNCATED_COUNT = "truncated"
 
 # Set on a row read through PromptTruncation whose prompt was cut (never passed to the env).
@@ -251,6 +252,8 @@ class RolloutProducer:
     every batch has exactly ``num_prompts`` groups. With ``seed`` set, rollout
     ``j`` of every group is sampled with its own seed (vLLM's ``seed`` sampling
     argument), so a run is reproducible while the members of a group still differ.
+    With a ``tokenizer`` and its ``tokens`` settings the batch carries its token data
+    (``processed``, ``tokenize_rollouts``); without them ``processed`` is None.
     """
 
     def __init__(
@@ -266,7 +269,8 @@ class RolloutProducer:
         chunk_prompts: int | None = None,
         sampling_args: dict[str, Any] | None = None,
         max_concurrent: int = -1,
-        process: Callable[[GenerateOutputs], ProcessedOutputs | None] | None = None,
+        tokenizer: Any = None,
+        tokens: TokenSettings | None = None,
         keep_groups: Callable[[list[float], int], list[bool]] | None = None,
         max_filter_rounds: int = 2,
         seed: int | None = None,
@@ -276,7 +280,13 @@ class RolloutProducer:
         self.chunk_prompts = chunk_prompts if chunk_prompts and chunk_prompts > 0 else None
         self.sampling_args = dict(sampling_args or {})
         self.max_concurrent = max_concurrent
-        self.process, self.keep_groups, self.max_filter_rounds = process, keep_groups, max_filter_rounds
+        if (tokenizer is None) != (tokens is None):
+            raise ConfigError(
+                "RolloutProducer got only one of tokenizer and tokens",
+                hint="give both (tokens=TokenSettings.from_config(args)), or neither for batches without token data",
+            )
+        self.tokenizer, self.tokens = tokenizer, tokens
+        self.keep_groups, self.max_filter_rounds = keep_groups, max_filter_rounds
         self.seed = seed
 
     def state_dict(self) -> dict[str, Any]:
@@ -366,7 +376,11 @@ class RolloutProducer:
         # stays full (they carry zero advantage, which the metrics show).
         filled = kept + dropped[: G - len(kept)]
         outputs = merge_outputs(filled, [(g, j) for g in range(len(filled)) for j in range(K)])
-        processed = self.process(outputs) if self.process else None
+        processed = (
+            tokenize_rollouts(self.env, outputs, self.tokenizer, self.tokens)
+            if self.tokens is not None
+            else None
+        )
         metrics = (
             {"filtered_groups_frac": 1.0 - len(kept) / max(generated_groups, 1)} if self.keep_groups else {}
         )
@@ -431,7 +445,7 @@ def cap_completions(
         processed.completion_logprobs[i] = processed.completion_logprobs[i][:n]
         if not processed.is_truncated[i]:
             processed.is_truncated[i] = True
-            # process_rollouts' own sample counts (rollout/tokens.py), not a step metric
+            # process_rollouts' own sample counts (tokenization/assembly.py), not a step metric
             counts = processed.metrics
             counts[TRUNCATED_COUNT] = counts.get(TRUNCATED_COUNT, 0.0) + 1.0
         if mask_truncated_completions:
@@ -440,6 +454,55 @@ def cap_completions(
         if zero_truncated_completions:
             processed.rewards[i] = 0.0
     return processed
+
+
+@dataclass(frozen=True)
+class TokenSettings:
+    """How a batch's rollouts become token data: ``env.process_env_results``, then ``cap_completions``.
+
+    The ``GRPOConfig`` fields of the same names (``from_config``; no defaults here: the config's are the ones).
+    """
+
+    max_seq_len: int
+    max_completion_length: int | None
+    mask_env_responses: bool
+    mask_truncated_completions: bool
+    zero_truncated_completions: bool
+
+    @classmethod
+    def from_config(cls, args: Any) -> TokenSettings:
+        return cls(
+            max_seq_len=args.max_seq_len,
+            max_completion_length=args.max_completion_length,
+            mask_env_responses=args.mask_env_responses,
+            mask_truncated_completions=args.mask_truncated_completions,
+            zero_truncated_completions=args.zero_truncated_completions,
+        )
+
+
+def tokenize_rollouts(
+    env: Any, outputs: GenerateOutputs, tokenizer: Any, s: TokenSettings
+) -> ProcessedOutputs:
+    """``outputs``' token data: the env tokenizes each rollout (its own turns, masks and
+    truncation to ``max_seq_len``), then ``cap_completions`` cuts any completion longer than
+    ``max_completion_length`` (the cap on a whole rollout's completion)."""
+    processed = env.process_env_results(
+        outputs.prompt,
+        outputs.completion,
+        outputs.state,
+        outputs.reward,
+        tokenizer,
+        max_seq_len=s.max_seq_len,
+        mask_env_responses=s.mask_env_responses,
+        mask_truncated_completions=s.mask_truncated_completions,
+        zero_truncated_completions=s.zero_truncated_completions,
+    )
+    return cap_completions(
+        processed,
+        s.max_completion_length,
+        mask_truncated_completions=s.mask_truncated_completions,
+        zero_truncated_completions=s.zero_truncated_completions,
+    )
 
 
 def group_filter_from_config(args: Any) -> Callable[[list[float], int], list[bool]] | None:

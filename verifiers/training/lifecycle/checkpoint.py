@@ -10,10 +10,11 @@ model:
   dataset the generator has read) and the generated batches not yet trained. They
   were sampled from older weights, which a resumed run cannot reproduce, so they
   are saved rather than regenerated.
-- ``grpo_buffer_rank{r}.pt`` (every process): the generation batch being trained
-  when the checkpoint was taken, if the step fell inside one (``num_iterations >
-  1`` or ``steps_per_generation > gradient_accumulation_steps``), with the old and
-  reference log-probs computed at its start.
+- ``grpo_buffer_rank{r}.pt`` (every process): this process's ``PreparedBatch``, the
+  batch being trained when the checkpoint was taken, if the step fell inside one
+  (``num_iterations > 1`` or ``steps_per_generation > gradient_accumulation_steps``),
+  with the old and reference log-probs computed at its start. (The file name and its
+  ``"buffer"`` key are what earlier versions wrote, kept so their checkpoints resume.)
 - ``checkpoint_complete.json`` (main process, written last): ``Trainer`` fills
   ``checkpoint-<step>/`` file by file, so a run killed while saving leaves a folder
   that looks like a checkpoint but is not one. Every file is flushed to disk
@@ -52,13 +53,13 @@ from verifiers.errors import CheckpointError, ConfigError
 from verifiers.utils.logging import warn_once
 
 if TYPE_CHECKING:  # imported where used: vf-rl reads checkpoint folders without the training stack
-    from verifiers.training.batch.prepared import Buffer
+    from verifiers.training.batch.prepared import PreparedBatch
     from verifiers.training.generation.producer import GeneratedBatch
 
 logger = logging.getLogger("verifiers.training.lifecycle.checkpoint")
 
 GENERATOR_FILE = "generator_state.pt"
-BUFFER_FILE = "grpo_buffer_rank{rank}.pt"
+PREPARED_FILE = "grpo_buffer_rank{rank}.pt"  # the name earlier versions wrote
 COMPLETE_FILE = "checkpoint_complete.json"
 FORMAT_VERSION = 2  # of our files; 1 was pickled dataclasses (loaded with weights_only=False)
 INCOMPLETE_PREFIX = "incomplete-"  # a half-written checkpoint moved aside on resume
@@ -123,17 +124,17 @@ def load_generator_state(checkpoint_dir: str | os.PathLike) -> dict[str, Any] | 
     }
 
 
-def save_buffer(checkpoint_dir: str | os.PathLike, rank: int, buffer: Buffer | None) -> None:
+def save_prepared_batch(checkpoint_dir: str | os.PathLike, rank: int, prepared: PreparedBatch | None) -> None:
     """This process's batch in training (None between batches: then a resume starts a new one)."""
-    data = None if buffer is None else _plain(_fields(buffer))
-    _save({"format": FORMAT_VERSION, "buffer": data}, Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
+    data = None if prepared is None else _plain(_fields(prepared))
+    _save({"format": FORMAT_VERSION, "buffer": data}, Path(checkpoint_dir) / PREPARED_FILE.format(rank=rank))
 
 
-def load_buffer(checkpoint_dir: str | os.PathLike, rank: int) -> Buffer | None:
-    from verifiers.training.batch.prepared import Buffer
+def load_prepared_batch(checkpoint_dir: str | os.PathLike, rank: int) -> PreparedBatch | None:
+    from verifiers.training.batch.prepared import PreparedBatch
 
-    data = _load(Path(checkpoint_dir) / BUFFER_FILE.format(rank=rank))
-    return Buffer(**data["buffer"]) if data is not None and data["buffer"] is not None else None
+    data = _load(Path(checkpoint_dir) / PREPARED_FILE.format(rank=rank))
+    return PreparedBatch(**data["buffer"]) if data is not None and data["buffer"] is not None else None
 
 
 # ---- our objects as data ---------------------------------------------------------------------------

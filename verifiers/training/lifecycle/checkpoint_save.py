@@ -1,13 +1,17 @@
 """How ``GRPOTrainer`` writes ``checkpoint-<step>``: ``Trainer``'s files, then ours, then the mark,
 then rotation; a disk failure at any point is one ``CheckpointError`` on every process.
 
+``save_checkpoint`` takes a ``CheckpointSave``: what a save needs (the accelerator, the
+folder, the step, the batch in training, the generator's state, the curves, a callable
+that writes ``Trainer``'s own files), never the trainer itself.
+
 Order, and why:
 
 1. ``unmark``: a folder being (re)written (a step saved again after a resume) is
    incomplete until it is marked again.
 2. ``Trainer``'s save (model or adapter, optimizer, scheduler, RNG, ``trainer_state.json``)
-   with its rotation switched off: it would delete old checkpoints before this one
-   is whole.
+   without its rotation (``trainer_files``): it would delete old checkpoints before this
+   one is whole.
 3. Our data files (checkpoint.py): this process's batch in training, and on the main
    process the generator state; curves.
 4. Every process learns whether any process failed to write (``max_over_processes`` over
@@ -29,6 +33,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from verifiers.errors import CheckpointError
@@ -36,45 +41,56 @@ from verifiers.training.lifecycle import checkpoint as ckpt
 from verifiers.training.lifecycle.processes import max_over_processes
 
 if TYPE_CHECKING:
-    from verifiers.training.trainer import GRPOTrainer
+    from verifiers.training.batch.prepared import PreparedBatch
 
 
-def save_checkpoint(trainer: GRPOTrainer, trial: Any, trainer_save: Callable[[Any, Any], None]) -> None:
-    """``trainer_save`` is ``transformers.Trainer._save_checkpoint`` bound to ``trainer``."""
-    args = trainer.args
-    out = trainer._get_output_dir(trial)
-    step = trainer.state.global_step
-    folder = os.path.join(out, f"checkpoint-{step}")
-    error = _attempt(folder, lambda: _write_files(trainer, trial, trainer_save, folder, out))
-    _raise_if_any(trainer, error, folder, remove=True)
-    if args.should_save:
-        error = _attempt(folder, lambda: ckpt.mark_complete(folder, step))
+@dataclass(frozen=True)
+class CheckpointSave:
+    """What writing ``<run_dir>/checkpoint-<step>`` needs, on one process."""
+
+    accelerator: Any  # accelerate's Accelerator: process index, main process, collectives
+    device: Any  # where the collectives' flag tensors live (args.device)
+    run_dir: str  # the folder holding the checkpoints (Trainer._get_output_dir)
+    step: int  # the optimizer step saved (state.global_step)
+    should_save: bool  # this process writes the shared files (args.should_save)
+    save_total_limit: int | None  # complete checkpoints kept after this one is marked
+    # Never rotated out: state.best_model_checkpoint, read after trainer_files (which may set it).
+    keep: Callable[[], str | None]
+    trainer_files: Callable[[], None]  # Trainer's own files, its rotation left out
+    prepared: PreparedBatch | None  # this process's batch in training, None between batches
+    # Main process: the generator's state (BatchGenerator.state_dict); None without a generator.
+    generator_state: Callable[[], dict[str, Any]] | None
+    plot: Callable[[str], None]  # the curves, into a folder (main process)
+
+    @property
+    def folder(self) -> str:
+        return os.path.join(self.run_dir, f"checkpoint-{self.step}")
+
+
+def save_checkpoint(save: CheckpointSave) -> None:
+    """Write the checkpoint in the order above; raises ``CheckpointError`` on every process if any failed."""
+    folder = save.folder
+    error = _attempt(folder, lambda: _write_files(save))
+    _raise_if_any(save, error, remove=True)
+    if save.should_save:
+        error = _attempt(folder, lambda: ckpt.mark_complete(folder, save.step))
         if error is None:
-            action = f"delete old checkpoints (save_total_limit={args.save_total_limit})"
-            keep = trainer.state.best_model_checkpoint
-            error = _attempt(folder, lambda: ckpt.rotate(out, args.save_total_limit, keep=keep), action)
-    _raise_if_any(trainer, error, folder, remove=not ckpt.is_complete(folder))
+            action = f"delete old checkpoints (save_total_limit={save.save_total_limit})"
+            rotate = lambda: ckpt.rotate(save.run_dir, save.save_total_limit, keep=save.keep())  # noqa: E731
+            error = _attempt(folder, rotate, action)
+    _raise_if_any(save, error, remove=not ckpt.is_complete(folder))
 
 
-def _write_files(trainer: GRPOTrainer, trial: Any, trainer_save: Callable, folder: str, out: str) -> None:
-    args = trainer.args
-    if args.should_save:
-        ckpt.unmark(folder)
-    limit, args.save_total_limit = args.save_total_limit, None
-    try:
-        trainer_save(trainer.model, trial)
-    finally:
-        args.save_total_limit = limit
-    step = trainer.state.global_step
-    mid_batch = step * args.gradient_accumulation_steps % trainer.micro_per_batch != 0
-    ckpt.save_buffer(folder, trainer.accelerator.process_index, trainer._buffer if mid_batch else None)
-    if trainer.accelerator.is_main_process:
-        if trainer.generator is not None:
-            # Stopping on a signal: do not wait for the batch being generated (generator.py).
-            state = trainer.generator.state_dict(wait=not trainer.stop_signals.requested)
-            ckpt.save_generator_state(folder, state)
-        trainer._plot(folder)
-        trainer._plot(out)
+def _write_files(save: CheckpointSave) -> None:
+    if save.should_save:
+        ckpt.unmark(save.folder)
+    save.trainer_files()
+    ckpt.save_prepared_batch(save.folder, save.accelerator.process_index, save.prepared)
+    if save.accelerator.is_main_process:
+        if save.generator_state is not None:
+            ckpt.save_generator_state(save.folder, save.generator_state())
+        save.plot(save.folder)
+        save.plot(save.run_dir)
 
 
 def _attempt(folder: str, write: Callable[[], None], action: str | None = None) -> CheckpointError | None:
@@ -90,16 +106,16 @@ def _attempt(folder: str, write: Callable[[], None], action: str | None = None) 
     return None
 
 
-def _raise_if_any(trainer: GRPOTrainer, error: CheckpointError | None, folder: str, remove: bool) -> None:
+def _raise_if_any(save: CheckpointSave, error: CheckpointError | None, remove: bool) -> None:
     """Collective: raise on every process if any failed (its own error, or one naming the other's)."""
-    failed = max_over_processes(trainer.accelerator, 1 if error is not None else 0, trainer.args.device)
+    failed = max_over_processes(save.accelerator, 1 if error is not None else 0, save.device)
     if not failed:
         return
-    if remove and trainer.args.should_save:
-        shutil.rmtree(folder, ignore_errors=True)  # space back on a full disk; unmarked either way
+    if remove and save.should_save:
+        shutil.rmtree(save.folder, ignore_errors=True)  # space back on a full disk; unmarked either way
     if error is None:
         error = CheckpointError(
-            f"could not write {os.path.basename(folder)}: another process failed to write its part",
+            f"could not write {os.path.basename(save.folder)}: another process failed to write its part",
             "see that process's error line",
         )
     raise error

@@ -13,14 +13,13 @@ process raises (``RankFailedError``). The collective timeout (``ddp_timeout``) t
 to outlast what the main process does alone between two collectives: one weight push
 (``sync_weights_timeout``), one generation batch (``async_generation_timeout``, e.g. while a
 checkpoint saves the generator's state) and checkpoint writes (TrainingArguments' 30
-minutes stays the floor for those); ``collective_timeout`` derives it, and a rank that hangs
+minutes stays the floor for those); ``config/collective.py`` derives it, and a rank that hangs
 without exiting is ended by it. A rank that crashes is ended by the launcher (torchrun stops
 the others at once).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,13 +27,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from verifiers.errors import ConfigError, RankFailedError, StopRequested
+from verifiers.errors import RankFailedError, StopRequested
 
 T = TypeVar("T")
 
 HEARTBEAT_S = 5.0  # the main process tells the others it is still waiting this often
-COLLECTIVE_MARGIN_S = 30  # above the longest lone wait: heartbeats, the rest of the step, slow hosts
-CHECKPOINT_WRITE_S = 1800  # TrainingArguments' default ddp_timeout: a large model's checkpoint write
 
 
 def broadcast(accelerator: Any, obj: Any) -> Any:
@@ -123,17 +120,6 @@ def _failure(err: BaseException) -> tuple[str, str]:
     return ("failed", f"{type(err).__name__}: {text}" if text else type(err).__name__)
 
 
-def min_collective_timeout(args: Any) -> int:
-    """The shortest ``ddp_timeout`` that outlasts the longest wait the main process does alone."""
-    lone = max(args.sync_weights_timeout, args.async_generation_timeout)
-    return math.ceil(lone) + COLLECTIVE_MARGIN_S
-
-
-def collective_timeout(args: Any) -> int:
-    """The derived ``ddp_timeout``: ``min_collective_timeout``, at least ``CHECKPOINT_WRITE_S``."""
-    return max(CHECKPOINT_WRITE_S, min_collective_timeout(args))
-
-
 def apply_collective_timeout(seconds: float) -> None:
     """Set the running process group's timeout (if there is one): transformers passes
     ``ddp_timeout`` to it only in some set-ups (not with ``use_cpu`` / ``ACCELERATE_USE_CPU``),
@@ -144,6 +130,14 @@ def apply_collective_timeout(seconds: float) -> None:
     set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
     if set_timeout is not None:
         set_timeout(timedelta(seconds=seconds))
+
+
+def start_training_processes(args: Any) -> None:
+    """Where training starts (``GRPOTrainer.__init__``), not in the config: give the running process
+    group the run's ``ddp_timeout`` and have it destroyed cleanly at exit (``destroy_group_at_exit``).
+    Nothing happens without a process group; calling it again is harmless."""
+    apply_collective_timeout(args.ddp_timeout)
+    destroy_group_at_exit()
 
 
 _DESTROY_AT_EXIT: list[bool] = []  # registered once per process
@@ -231,27 +225,3 @@ def _gloo_worker_states() -> dict[str, tuple[str, int]]:
             continue
         states[tid] = (state, switches)
     return states
-
-
-def cpu_distributed_backend(args: Any) -> None:
-    """Several processes on a machine without CUDA (``accelerate launch``): use gloo.
-
-    DeepSpeed does not pick it by itself (it then fails a ``train_batch_size``
-    assertion), and ``use_cpu`` / ``ACCELERATE_USE_CPU=1`` make accelerate skip
-    DeepSpeed altogether, which would leave a ZeRO-3-partitioned model untrained.
-    """
-    import os
-
-    def flag(name: str) -> bool:
-        return os.environ.get(name, "").lower() in ("1", "true", "yes")
-
-    if flag("ACCELERATE_USE_DEEPSPEED") and (args.use_cpu or flag("ACCELERATE_USE_CPU")):
-        raise ConfigError(
-            "use_cpu=True (or ACCELERATE_USE_CPU=1) makes accelerate ignore the DeepSpeed config",
-            hint="on a CPU-only machine launch DeepSpeed without use_cpu / ACCELERATE_USE_CPU "
-            "(gloo is then chosen automatically), e.g. accelerate launch --config_file "
-            "configs/zero3-cpu.yaml train.py",
-        )
-    if args.ddp_backend is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        if not torch.cuda.is_available():
-            args.ddp_backend = "gloo"

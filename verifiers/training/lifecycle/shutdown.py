@@ -46,16 +46,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from transformers import TrainerCallback
 
 from verifiers.errors import StopRequested, TrainingStopped
 from verifiers.training.lifecycle import checkpoint as ckpt
 from verifiers.training.lifecycle.processes import broadcast, max_over_processes
-
-if TYPE_CHECKING:
-    from verifiers.training.trainer import GRPOTrainer
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 ECHO_WINDOW_S = 1.0  # a second signal sooner than this is the first one echoed by a launcher
@@ -133,29 +130,38 @@ def _write(line: str) -> None:
 
 
 class StopAtStepEnd(TrainerCallback):
-    """After each optimizer step: if any process was signalled, save this step and stop training."""
+    """After each optimizer step: if any process was signalled, save this step and stop training.
 
-    def __init__(self, trainer: GRPOTrainer):
-        self.trainer = trainer
+    Add it after the callback that syncs the weights, so the step saved is the synced one."""
+
+    def __init__(self, accelerator: Any, signals: StopSignals):
+        self.accelerator, self.signals = accelerator, signals
 
     def on_step_end(self, args, state, control, **kwargs):
-        t = self.trainer
-        if max_over_processes(t.accelerator, t.stop_signals.signum, args.device):
+        if max_over_processes(self.accelerator, self.signals.signum, args.device):
             control.should_save = True
             control.should_training_stop = True
 
 
-def conclude(trainer: GRPOTrainer, signum: int) -> None:
-    """After a stop: save the last completed step if no complete checkpoint of it exists, print the
-    line, raise ``TrainingStopped`` (every process)."""
-    step, max_steps = trainer.state.global_step, trainer.state.max_steps
-    folder = os.path.join(trainer.args.output_dir, f"checkpoint-{step}")
-    saved = broadcast(trainer.accelerator, ckpt.is_complete(folder))  # one view for every process
+def conclude(
+    accelerator: Any,
+    signum: int,
+    *,
+    output_dir: str,
+    step: int,
+    max_steps: int,
+    save: Callable[[], None],
+) -> None:
+    """After a stop at ``step`` (of ``max_steps``): ``save()`` that step (every process: the save is
+    collective) unless a complete checkpoint of it exists in ``output_dir``, print the line, raise
+    ``TrainingStopped`` (every process)."""
+    folder = os.path.join(output_dir, f"checkpoint-{step}")
+    saved = broadcast(accelerator, ckpt.is_complete(folder))  # one view for every process
     if step > 0 and not saved:
-        trainer._save_checkpoint(trainer.model, trial=None)
+        save()
         saved = True
     name = signal.Signals(signum).name
-    if trainer.accelerator.is_main_process:  # one line per run
+    if accelerator.is_main_process:  # one line per run
         line = (
             f"Stopped by {name} after step {step}/{max_steps}; checkpoint saved to {folder} "
             "(resume with resume_from_checkpoint=True)"

@@ -1,0 +1,8 @@
+"""Stage 3 of a step, the loss: log-probs of the sampled tokens and the policy-gradient loss.
+
+- ``losses.py``: one pure function per ``loss_type`` (shapes in its docstring).
+- ``logprobs.py``: per-token log-probs and entropy, a group's rows scored as one packed sequence.
+- ``packed_attention.py``: attention for a packed group, only the blocks its rows may see.
+"""
+
+__all__ = ["logprobs", "losses", "packed_attention"]

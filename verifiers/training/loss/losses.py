@@ -60,8 +60,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-DEFAULT_IS_CAP = 2.0  # TIS truncation C (Yao et al. use 2)
-DEFAULT_IS_MASK_BAND = (0.5, 5.0)  # IcePop's [α, β]
+from verifiers.training.config.choices import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES  # noqa: F401 (declared with the config)
 
 LossStats = dict[str, Tensor]
 
@@ -239,7 +238,6 @@ LOSS_FUNCTIONS: dict[str, Callable[[LossInputs], tuple[Tensor, LossStats]]] = {
     "cispo": cispo_loss,
     "gspo": gspo_loss,
 }
-LOSS_TYPES: tuple[str, ...] = tuple(LOSS_FUNCTIONS)
 
 
 def _sequences(loss_mask_BT: Tensor) -> int:

@@ -13,7 +13,7 @@ prompt, under 10% are used. This function computes
   to ``N`` with padded queries dropped and padded keys masked,
 
 so ``P^2 + B * N * (P + N)`` pairs instead of ``L^2``. The output is the same as the
-masked attention's up to rounding (tests/training/test_logprobs.py checks log-probs and
+masked attention's up to rounding (tests/training/loss/test_logprobs.py checks log-probs and
 gradients against the plain padded forward).
 
 Its gathers and copies cost more than the pairs saved in short groups, so

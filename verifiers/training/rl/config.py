@@ -2,11 +2,12 @@
 
 ``RLConfig`` is a thin preset over ``GRPOConfig``: it counts batches in rollouts and
 uses the names of the one-TOML launcher (``vf-rl``). Every field that is a
-``GRPOConfig`` field (under its own name or one below) takes its default and its help
-from ``GRPOConfig`` (``config.recommended``: ``RECOMMENDED``, else the field's own);
-only ``LORA_PRESET`` differs, because the adapter trains at a LoRA learning rate.
-:meth:`RLConfig.to_grpo_config` translates it into a ``GRPOConfig``, so every rule
-below that line lives in one place (``config.py``, ``batch_layout.py``). ``RLTrainer``
+``GRPOConfig`` field (under its own name or one below) takes its default from the
+``"rl"`` column of the presets table (``config/presets.py``, each difference with its
+reason), else ``GRPOConfig``'s own, and its help from ``GRPOConfig``.
+:meth:`RLConfig.to_grpo_config` translates it into a ``GRPOConfig``; RLConfig checks no
+field itself: the rules live in ``config/rules.py`` (and ``batch_layout.py``), and an
+error names the field as RLConfig calls it (``rules.renamed``). ``RLTrainer``
 *is* a ``GRPOTrainer``: it only loads the model from a name, hands the LoRA config
 over, and prints the lines users expect.
 
@@ -27,7 +28,6 @@ Mapping (RLConfig -> GRPOConfig), with P training processes (``batch_layout.roll
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,18 +35,12 @@ from typing import Any
 from transformers import TrainerCallback
 
 from verifiers.errors import ConfigError, nearest
-from verifiers.training.config.batch_layout import check_batch_sizes, rollout_layout  # noqa: F401 (re-exported)
-from verifiers.training.config.fields import GRPOConfig, recommended
+from verifiers.training.config.batch_layout import check_batch_sizes, rollout_layout
+from verifiers.training.config.fields import GRPOConfig, preset_default
 from verifiers.training.config.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
-from verifiers.training.rl.output import (  # noqa: F401 (re-exported: rl.py's 0.2 names)
-    METRICS_FILE,
-    STEP_FIELDS,
-    SampleSchedule,
-    StepLogger,
-    format_step_line,
-    is_main_process,
-    say,
-)
+from verifiers.training.config.presets import AUTO, bf16_auto, preset_values
+from verifiers.training.config.rules import check_entry_fields, check_report_to, check_wandb_settings, renamed
+from verifiers.training.rl.output import SampleSchedule, StepLogger
 
 # GRPOConfig fields that RLConfig sets under another name: giving them directly
 # would disagree with the rollout counts, so they are refused with the name to use.
@@ -58,23 +52,20 @@ RENAMED_GRPO_FIELDS: dict[str, str] = {
     "async_generation_timeout": "generation_timeout",
     "log_completions": "log_samples_every",
 }
-# Where RLConfig's defaults differ from grpo_defaults(): it trains a LoRA adapter by default.
-LORA_PRESET: dict[str, Any] = {
-    "learning_rate": 1e-5,  # an adapter needs a larger step than the full model's 1e-6
-    # importance-sampled policy gradient against the server's sampling log-probs, tokens
-    # outside a ratio band masked: steady with num_batches_ahead=1 (one step off-policy)
-    "loss_type": "cispo",
-    "max_tokens": 512,  # per turn, as the guides say (None: up to max_seq_len)
-}
-DEFAULT_MAX_TOKENS = LORA_PRESET["max_tokens"]
+# The GRPOConfig names RLConfig's errors translate (rules.renamed): the fields whose value is
+# the same under both names (batch_size and log_samples_every are counted differently).
+ERROR_NAMES: dict[str, str] = {
+    grpo: own
+    for grpo, own in RENAMED_GRPO_FIELDS.items()
+    if grpo not in ("gradient_accumulation_steps", "log_completions")
+} | {"num_completions_to_print": "num_samples_to_print"}
 
 
 def _grpo(name: str) -> Any:
-    """An RLConfig field that is GRPOConfig's ``name`` (maybe renamed here): the preset's default,
-    else the recommended one, and GRPOConfig's help, read from there rather than copied."""
-    default = LORA_PRESET[name] if name in LORA_PRESET else recommended(name)
+    """An RLConfig field that is GRPOConfig's ``name`` (maybe renamed here): the presets table's
+    "rl" default (else GRPOConfig's own) and GRPOConfig's help, read from there rather than copied."""
     help_text = GRPOConfig.__dataclass_fields__[name].metadata.get("help", "")
-    return field(default=default, metadata={"help": help_text, "grpo": name})
+    return field(default=preset_default("rl", name), metadata={"help": help_text, "grpo": name})
 
 
 def _own(default: Any, help_text: str, **kwargs: Any) -> Any:
@@ -109,7 +100,9 @@ class RLConfig:
     rollouts_per_example: int = _grpo("num_generations")
     micro_batch_size: int = _grpo("per_device_train_batch_size")
     batch_size: int = _own(
-        64,
+        # the table's samples a step: micro_batch_size × gradient_accumulation_steps (one process)
+        preset_default("rl", "per_device_train_batch_size")
+        * preset_default("rl", "gradient_accumulation_steps"),
         "Rollouts per optimizer step, all processes together (a multiple of micro_batch_size × processes).",
     )
     max_steps: int = _grpo("max_steps")
@@ -167,7 +160,9 @@ class RLConfig:
     save_steps: int = _grpo("save_steps")
     logging_steps: int = _grpo("logging_steps")
     log_samples_every: int = _own(10, "Print a block of sample rollouts every N steps; 0: never.")
-    num_samples_to_print: int = _own(2, "Rows in each sample block.")
+    num_samples_to_print: int = _own(
+        preset_default("rl", "num_completions_to_print"), "Rows in each sample block."
+    )
     report_to: str | list[str] = _grpo("report_to")
     wandb_project: str | None = _own(None, "W&B project ($WANDB_PROJECT); needs report_to = 'wandb'.")
     wandb_name: str | None = _own(None, "W&B run name ($WANDB_NAME); needs report_to = 'wandb'.")
@@ -177,41 +172,18 @@ class RLConfig:
     grpo_args: dict[str, Any] = _own({}, "Any other GRPOConfig field (e.g. epsilon, seed), as given.")
 
     def __post_init__(self) -> None:
-        if not self.run_name or not isinstance(self.run_name, str):
-            raise ConfigError(f"run_name={self.run_name!r} must be a non-empty string")
-        if self.output_dir is None:
+        if self.output_dir is None and isinstance(self.run_name, str):
             self.output_dir = os.path.join("outputs", self.run_name)
-        # The renamed fields are checked here, so their errors use the names users wrote;
-        # the rest of the field rules run once, in GRPOConfig (to_grpo_config).
+        # The rollout counts first, in RLConfig's own terms (batch_layout.py's rule).
         check_batch_sizes(self.batch_size, self.micro_batch_size, self.rollouts_per_example)
-        wandb_set = [n for n in ("wandb_project", "wandb_name", "wandb_entity") if getattr(self, n)]
-        if wandb_set and "wandb" not in _targets(self.report_to):
-            # They only reach W&B; without it they would be accepted and do nothing.
-            raise ConfigError(
-                f"{wandb_set[0]}={getattr(self, wandb_set[0])!r} is set but report_to={self.report_to!r} "
-                "does not include 'wandb'",
-                hint='add report_to = "wandb" (pip install wandb), or drop the W&B settings',
-            )
-        if self.rollouts_per_example < 2:
-            raise ConfigError(
-                f"rollouts_per_example={self.rollouts_per_example} must be >= 2",
-                hint="a group needs 2+ rollouts to have a baseline",
-            )
-        _check_ranges(self)
-        if self.max_prompt_len is not None and not 1 <= self.max_prompt_len < self.max_seq_len:
-            raise ConfigError(
-                f"max_prompt_len={self.max_prompt_len} must be >= 1 and < max_seq_len={self.max_seq_len}",
-                hint="raise max_seq_len or lower max_prompt_len (None: min(512, max_seq_len // 2))",
-            )
-        if self.max_tokens == DEFAULT_MAX_TOKENS and self.max_seq_len <= DEFAULT_MAX_TOKENS:
+        check_wandb_settings(
+            self.report_to, {n: getattr(self, n) for n in ("wandb_project", "wandb_name", "wandb_entity")}
+        )
+        seq = self.max_seq_len
+        if self.max_tokens == _DEFAULT_MAX_TOKENS and isinstance(seq, int) and seq <= _DEFAULT_MAX_TOKENS:
             # The default per-turn limit does not fit a short max_seq_len: the sequence bounds the turn.
             self.max_tokens = None
-        if self.max_tokens is not None and not 1 <= self.max_tokens < self.max_seq_len:
-            raise ConfigError(
-                f"max_tokens={self.max_tokens} must be >= 1 and < max_seq_len={self.max_seq_len}",
-                hint="it is the per-turn limit; prompt and completion together must fit max_seq_len",
-            )
-        if self.use_lora:
+        if self.use_lora:  # LoRA's rules, in RLConfig's names
             check_lora_settings(
                 self.lora_rank,
                 self.lora_alpha,
@@ -220,6 +192,17 @@ class RLConfig:
                 names=("lora_rank", "lora_alpha", "lora_dropout"),
             )
         self._check_grpo_args()
+        with renamed(ERROR_NAMES):
+            # The entry-point rules (config/rules.py), then every GRPOConfig rule on the config this
+            # stands for; wandb is only needed once training starts (to_grpo_config).
+            check_entry_fields(
+                {
+                    **self._grpo_values(),
+                    "run_name": self.run_name,
+                    "log_samples_every": self.log_samples_every,
+                }
+            )
+            GRPOConfig(**self._grpo_kwargs(launched_world_size()))
 
     def _check_grpo_args(self) -> None:
         own = {f.name for f in dataclasses.fields(self)} - {"grpo_args"}
@@ -282,26 +265,42 @@ class RLConfig:
         processes are folded into the per-device batch so every rule sees the same
         global batch sizes.
         """
+        check_report_to(self.report_to)
+        with renamed(ERROR_NAMES):
+            return GRPOConfig(**self._grpo_kwargs(world_size))
+
+    def _grpo_values(self) -> dict[str, Any]:
+        """This config's GRPOConfig fields, under GRPOConfig's names (grpo_args included)."""
+        values = {
+            f.metadata["grpo"]: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if "grpo" in f.metadata
+        }
+        return {**values, **self.grpo_args}
+
+    def _grpo_kwargs(self, world_size: int | None) -> dict[str, Any]:
         actual = launched_world_size()
         planned = world_size or actual
         layout = rollout_layout(self.batch_size, self.micro_batch_size, self.rollouts_per_example, planned)
         if planned % actual:
             raise ConfigError(f"cannot lay out {planned} planned processes over {actual} running ones")
-        if "wandb" in _targets(self.report_to) and importlib.util.find_spec("wandb") is None:
-            raise ConfigError(
-                "report_to includes 'wandb' but wandb is not installed", hint="pip install wandb"
-            )
         bf16 = self.bf16
-        if bf16 is None:
+        if bf16 is None:  # the table's AUTO
             from transformers.utils import is_torch_bf16_gpu_available
 
-            bf16 = bool(is_torch_bf16_gpu_available())
-        # Every field that is a GRPOConfig field, under its GRPOConfig name; the batch sizes from the layout.
+            bf16 = bf16_auto(is_torch_bf16_gpu_available())
+        # The table's "rl" values of fields RLConfig does not expose, then every field that is a
+        # GRPOConfig field, under its GRPOConfig name; the batch sizes from the layout.
         kwargs: dict[str, Any] = {
-            f.metadata["grpo"]: getattr(self, f.name)
+            name: value
+            for name, value in preset_values("rl").items()
+            if name not in _EXPOSED and value is not AUTO
+        }
+        kwargs.update(
+            (f.metadata["grpo"], getattr(self, f.name))
             for f in dataclasses.fields(self)
             if "grpo" in f.metadata
-        }
+        )
         kwargs.update(
             output_dir=self.output_dir,
             run_name=self.run_name,
@@ -309,84 +308,26 @@ class RLConfig:
             per_device_train_batch_size=layout.per_device_train_batch_size * planned // actual,
             gradient_accumulation_steps=layout.gradient_accumulation_steps,
             bf16=bf16,
-            save_strategy="steps",
             log_completions=self.log_samples_every > 0,
             num_completions_to_print=self.num_samples_to_print,
-            # RLTrainer prints one line per step instead of a progress bar.
-            disable_tqdm=True,
         )
         if self.gradient_checkpointing:
             # Non-reentrant checkpointing gives LoRA adapters gradients without
             # requiring grads on the (frozen) input embeddings.
             kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
         kwargs.update(self.grpo_args)
-        return GRPOConfig(**kwargs)
+        return kwargs
 
 
-# RLConfig's numeric fields: (lowest, lowest allowed?, highest, highest allowed?, integer?, hint).
-# None is allowed for the fields in _NONE_ALLOWED. Fields mapped onto GRPOConfig are checked
-# there too; here they are refused where they are given, with RLConfig's names.
-_RANGES: dict[str, tuple[float | None, bool, float | None, bool, bool, str]] = {
-    "max_steps": (1, True, None, False, True, "the number of optimizer steps"),
-    "max_seq_len": (2, True, None, False, True, "prompt and completion need a token each"),
-    "learning_rate": (0, True, None, False, False, "e.g. 1e-5 with LoRA"),
-    "warmup_steps": (0, True, None, False, True, "0 for no warm-up"),
-    "max_grad_norm": (0, True, None, False, False, "0 turns gradient clipping off"),
-    "weight_decay": (0, True, None, False, False, "0.0 for none"),
-    "beta": (0, True, None, False, False, "0.0 turns the KL penalty off"),
-    "num_iterations": (1, True, None, False, True, "passes over each batch"),
-    "num_batches_ahead": (0, True, None, False, True, "0 means synchronous generation"),
-    "temperature": (0, False, None, False, False, "GRPO needs sampled, differing completions"),
-    "top_p": (0, False, 1, True, False, "1.0 disables nucleus sampling"),
-    "top_k": (1, True, None, False, True, "or None to sample from all tokens"),
-    "min_p": (0, True, 1, True, False, "or None to disable min-p sampling"),
-    "repetition_penalty": (0, False, None, False, False, "1.0 means no penalty"),
-    "vllm_server_port": (1, True, 65535, True, True, "a TCP port"),
-    "vllm_server_timeout": (0, False, None, False, False, "seconds"),
-    "generation_timeout": (0, False, None, False, False, "seconds"),
-    "max_concurrent": (1, True, None, False, True, "rollouts in flight at once"),
-    "eval_steps": (1, True, None, False, True, "or None"),
-    "save_steps": (1, True, None, False, True, "steps between checkpoints"),
-    "logging_steps": (1, True, None, False, True, "steps between log lines"),
-    "log_samples_every": (0, True, None, False, True, "0: never"),
-    "num_samples_to_print": (1, True, None, False, True, "rows of each sample block"),
+_DEFAULT_MAX_TOKENS = preset_default("rl", "max_tokens")
+# GRPOConfig fields RLConfig sets from its own fields (the table's "rl" values reach them as defaults).
+_EXPOSED = {f.metadata["grpo"] for f in dataclasses.fields(RLConfig) if "grpo" in f.metadata} | {
+    "gradient_accumulation_steps",
+    "log_completions",
+    "num_completions_to_print",
+    "bf16",
 }
-_NONE_ALLOWED = {"top_k", "min_p", "eval_steps"}
-
-
-def _check_ranges(config: RLConfig) -> None:
-    """Refuse an out-of-range numeric field with one line naming it (see ``_RANGES``)."""
-    for name, (low, low_ok, high, high_ok, integer, hint) in _RANGES.items():
-        value = getattr(config, name)
-        if value is None and name in _NONE_ALLOWED:
-            continue
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not is_number or (integer and not isinstance(value, int)):
-            raise ConfigError(
-                f"{name}={value!r} must be {'an integer' if integer else 'a number'}", hint=hint
-            )
-        too_low = low is not None and (value < low if low_ok else value <= low)
-        too_high = high is not None and (value > high if high_ok else value >= high)
-        if too_low or too_high:
-            lo = "" if low is None else f"{'[' if low_ok else '('}{low}"
-            hi = "" if high is None else f"{high}{']' if high_ok else ')'}"
-            where = (
-                f"in {lo}, {hi}"
-                if low is not None and high is not None
-                else f"{'>=' if low_ok else '>'} {low}"
-            )
-            raise ConfigError(f"{name}={value!r} must be {where}", hint=hint)
 
 
 def _targets(report_to: str | list[str] | None) -> list[str]:
     return [report_to] if isinstance(report_to, str) else list(report_to or [])
-
-
-def __getattr__(name: str) -> Any:
-    # RLTrainer (and its helpers) live in rl_trainer.py, which imports the trainer stack: loaded
-    # on first use, so RLConfig (and vf-rl's validation) does not pay for it.
-    if name in ("RLTrainer", "_load_model", "_describe_model"):
-        from verifiers.training.rl import trainer as rl_trainer
-
-        return getattr(rl_trainer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,8 +11,8 @@ from transformers import PrinterCallback, ProgressCallback
 from verifiers.errors import ConfigError
 from verifiers.training.rl.config import RLConfig
 from verifiers.training.rl.output import say, show_choices
-from verifiers.training.weights.sync import is_peft_model
 from verifiers.training.trainer import GRPOTrainer
+from verifiers.training.weights.sync import is_peft_model
 
 
 class RLTrainer(GRPOTrainer):

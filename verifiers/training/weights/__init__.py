@@ -1,0 +1,9 @@
+"""Stage 4 of a step, the weights: pushing the trainer's weights to the vf-vllm server, and riding out its outages.
+
+- ``sync.py``: ``WeightSyncer``: after an optimizer step, send the weights (full, merged LoRA, or adapter).
+- ``server_link.py``: ``ServerLink``: the trainer's side of the server (client, health, syncs).
+- ``recovery.py``: wait for a lost server, re-sync, go on.
+- ``names.py``: the parameter names (and shapes) the served checkpoint knows; ``verifiers.inference`` uses it too.
+"""
+
+__all__ = ["names", "recovery", "server_link", "sync"]

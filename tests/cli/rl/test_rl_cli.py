@@ -1,0 +1,406 @@
+"""vf-rl (dry run, bad input), vf-train and vf-setup, without a real server (supervision: test_rl_launcher.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from verifiers.cli import setup as setup_cli  # noqa: E402
+from verifiers.cli import train as train_cli  # noqa: E402
+from verifiers.cli.rl import plan as rl_cli  # noqa: E402
+from verifiers.cli.run_config import load as tc  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+
+CONFIG = """
+model = "smollm2"
+
+[env]
+id = "reverse-text"
+
+[inference]
+gpus = 0
+
+[inference.args]
+enforce_eager = true
+
+[trainer]
+gpus = 0
+
+[trainer.args]
+run_name = "rt"
+rollouts_per_example = 4
+micro_batch_size = 4
+batch_size = 16
+max_steps = 3
+"""
+
+
+@pytest.fixture(autouse=True)
+def one_process(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "cfg.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def one_error(capsys, rc: int) -> str:
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# -- vf-rl --dry-run --------------------------------------------------------------------------
+
+
+def test_dry_run_prints_the_commands(config_file, capsys):
+    assert rl_cli.main(["@", str(config_file), "--dry-run", "--trainer.args.max_steps", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    py = sys.executable
+    assert out[0] == f"config {config_file}: run 'rt', logs in outputs/rt/logs/"
+    assert out[1] == (
+        f"inference: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.vllm --model smollm2 --host 127.0.0.1 "
+        "--port 8000 --enforce-eager --kv-cache-tokens 32768"
+    )  # a CPU server gets merged weights, so no --enable-lora; its KV cache: 16 rollouts × 2048 tokens
+    assert out[2] == "wait: http://127.0.0.1:8000/health, then /v1/models (up to 300 s)"
+    assert out[3] == (
+        f"trainer: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.train @ {config_file} --trainer.args.max_steps 5"
+    )
+    assert out[4] == "supervise: restart the server up to 3 time(s) if it dies during training"
+
+
+def test_dry_run_shows_the_restart_setting(config_file, capsys):
+    assert rl_cli.main(["@", str(config_file), "--dry-run", "--inference.max_restarts", "0"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "supervise: stop the run if the server dies during training (inference.max_restarts = 0)"
+    rc = rl_cli.main(["@", str(config_file), "--dry-run", "--inference.max_restarts", "-2"])
+    assert one_error(capsys, rc) == (
+        "error: inference.max_restarts = -2 must be >= 0 "
+        "(0 ends the run when the server dies; 3 restarts it up to 3 times)"
+    )
+
+
+def test_dry_run_lora_rank_and_opt_outs(config_file, capsys):
+    gpu = ["--inference.gpus", "1"]  # a GPU server: the adapter alone travels
+    rl_cli.main(["@", str(config_file), "--dry-run", *gpu, "--trainer.args.lora_rank", "12"])
+    assert "--enable-lora --max-lora-rank 16" in capsys.readouterr().out  # the next rank vLLM accepts
+    rl_cli.main(["@", str(config_file), "--dry-run", *gpu, "--trainer.args.use_lora", "false"])
+    assert "--enable-lora" not in capsys.readouterr().out
+    rl_cli.main(["@", str(config_file), "--dry-run", *gpu, "--inference.args.enable_lora", "false"])
+    line = capsys.readouterr().out.splitlines()[1]
+    # false is passed on, not dropped
+    assert line.endswith("--no-enable-lora") and "--max-lora-rank" not in line
+    rl_cli.main(["@", str(config_file), "--dry-run", "--inference.args.enable_lora", "true"])
+    assert "--enable-lora" in capsys.readouterr().out.splitlines()[1]  # asked for on CPU: kept
+
+
+def test_dry_run_kv_cache_is_sized_for_the_run_on_cpu_only(config_file, capsys):
+    def server_line(*extra: str) -> str:
+        assert rl_cli.main(["@", str(config_file), "--dry-run", *extra]) == 0
+        return capsys.readouterr().out.splitlines()[1]
+
+    assert server_line("--trainer.args.max_seq_len", "512").endswith("--kv-cache-tokens 8192")  # 16 × 512
+    assert server_line("--trainer.args.max_concurrent", "4").endswith("--kv-cache-tokens 8192")  # 4 × 2048
+    assert server_line("--inference.args.max_num_seqs", "2").endswith(
+        "--max-num-seqs 2 --kv-cache-tokens 4096"
+    )
+    for own in (
+        ["--inference.args.kv_cache_memory_bytes", "1000000"],
+        ["--inference.args.gpu_memory_utilization", "0.3"],
+    ):
+        assert "--kv-cache-tokens" not in server_line(*own)  # the user's size stands
+    assert "--kv-cache-tokens" not in server_line("--inference.gpus", "1")  # a GPU: vLLM's own sizing
+
+
+def test_dry_run_resume_and_hub_style_env_id(config_file, capsys, tmp_path, monkeypatch):
+    from verifiers.training.lifecycle import checkpoint as ckpt
+
+    monkeypatch.syspath_prepend(str(ROOT / "environments" / "reverse_text"))
+    out = tmp_path / "out"
+    (out / "checkpoint-3").mkdir(parents=True)
+    ckpt.mark_complete(out / "checkpoint-3", 3)
+    argv = ["@", str(config_file), "--dry-run", "--trainer.args.output_dir", str(out)]
+    argv += ["--env.id", "primeintellect/reverse-text", "--trainer.args.resume_from_checkpoint", "true"]
+    assert rl_cli.main(argv) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert f"resume: from the last complete checkpoint in {out}" in text
+    assert "install " not in text  # the installed/importable reverse-text, not a download
+    empty = tmp_path / "empty"
+    argv = ["@", str(config_file), "--dry-run", "--trainer.args.output_dir", str(empty)]
+    line = one_error(capsys, rl_cli.main([*argv, "--trainer.args.resume_from_checkpoint", "true"]))
+    assert line == (
+        f"error: trainer.args.resume_from_checkpoint = true, but output_dir {empty}: it holds no checkpoint "
+        "(train without it first, or set it to a checkpoint folder)"
+    )
+
+
+def test_dry_run_multi_gpu_uses_accelerate(config_file, capsys, tmp_path):
+    argv = ["@", str(config_file), "--dry-run", "--inference.gpus", "2", "--trainer.gpus", "2"]
+    assert rl_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "inference: CUDA_VISIBLE_DEVICES=0,1 " in out and "--data-parallel-size 2" in out
+    assert (
+        f"trainer: CUDA_VISIBLE_DEVICES=2,3 {sys.executable} -m accelerate.commands.launch --num_processes 2 "
+        f"--multi_gpu -m verifiers.cli.train @ {config_file}"
+    ) in out
+    zero3 = tmp_path / "zero3.yaml"
+    zero3.write_text("distributed_type: DEEPSPEED\n")
+    rl_cli.main([*argv, "--trainer.accelerate_config", str(zero3)])
+    assert f"--num_processes 2 --config_file {zero3} -m verifiers.cli.train" in capsys.readouterr().out
+
+
+def test_dry_run_lists_environments_to_install(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "environments" / "vf_test_not_installed"
+    folder.mkdir(parents=True)
+    (folder / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG.replace('id = "reverse-text"', 'id = "vf-test-not-installed"'))
+    monkeypatch.chdir(tmp_path)
+    assert rl_cli.main(["@", str(cfg), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"install vf-test-not-installed: {sys.executable} -m pip install -e environments/vf_test_not_installed"
+        in out
+    )
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "vf-rl").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_example_config_dry_runs(path, capsys, monkeypatch):
+    # importable from their folders, so their args are checked against load_environment
+    monkeypatch.syspath_prepend(str(ROOT / "environments" / path.stem.replace("-", "_")))
+    monkeypatch.chdir(ROOT)  # where ./environments is, for those that are not importable
+    assert rl_cli.main(["@", str(path), "--dry-run"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (
+            ["--trainer.args.max_step", "5"],
+            "error: unknown key 'trainer.args.max_step'; did you mean 'max_steps'?",
+        ),
+        (["--trainer.args.batch_size", "18"], "error: batch_size=18 is not divisible by micro_batch_size"),
+        (["--trainer.args.max_steps", '"x"'], "error: key 'trainer.args.max_steps' must be an integer"),
+        (["--trainer.args.temperature", "0"], "error: temperature=0 must be > 0"),
+        (["stray"], "error: unexpected argument 'stray'"),
+        (
+            ["--env.args.bogus", "1"],
+            "error: environment 'reverse-text' got unknown argument(s): bogus; accepted: ",
+        ),
+    ],
+)
+def test_bad_input_is_one_error_line(config_file, capsys, extra, expected):
+    line = one_error(capsys, rl_cli.main(["@", str(config_file), "--dry-run", *extra]))
+    # (RLConfig's own rules come prefixed with the table they were found in)
+    assert line.startswith(expected) or line.startswith(
+        expected.replace("error: ", "error: trainer.args: ")
+    ), line
+
+
+def test_missing_or_broken_config_file(tmp_path, capsys):
+    assert "not found" in one_error(capsys, rl_cli.main(["@", str(tmp_path / "nope.toml")]))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[trainer\n")
+    assert "is not valid TOML" in one_error(capsys, rl_cli.main(["@", str(bad)]))
+    assert "no config file given" in one_error(capsys, rl_cli.main([]))
+
+
+def test_gpus_on_a_cpu_machine_is_refused_before_starting(config_file, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    line = one_error(capsys, rl_cli.main(["@", str(config_file), "--trainer.gpus", "1"]))
+    assert (
+        "asks for 1 GPU(s)" in line and "but 0 CUDA device(s) are visible; it never falls back to CPU" in line
+    )
+
+
+def test_vf_train_bad_input(tmp_path, config_file, capsys):
+    assert "not found" in one_error(capsys, train_cli.main(["@", str(tmp_path / "nope.toml")]))
+    line = one_error(capsys, train_cli.main(["@", str(config_file), "--trainer.args.lora_rnk", "4"]))
+    assert line == "error: unknown key 'trainer.args.lora_rnk'; did you mean 'lora_rank'?"
+
+
+def test_cli_entry_points_exist():
+    text = (ROOT / "setup.py").read_text()
+    for script in (
+        "vf-rl=verifiers.cli.rl:main",
+        "vf-train=verifiers.cli.train:main",
+        "vf-setup=verifiers.cli.setup:main",
+    ):
+        assert script in text
+
+
+def test_setup_declares_the_rl_extra_and_tomli_for_python_310(monkeypatch):
+    """``pip install "verifiers[rl]"`` (the guides' spelling) gets the training stack and DeepSpeed; 3.10 gets tomli.
+    deepspeed, wandb and trl are extras of their own: the package imports none of them unless asked."""
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"))
+    extras = captured["extras_require"]
+    assert extras["rl"] == extras["train"] + extras["deepspeed"] + extras["vllm"]  # the GPU install
+    assert any(r.startswith("deepspeed") for r in extras["rl"])
+    for name in ("trl", "wandb", "deepspeed"):
+        assert not any(r.startswith(name) for r in extras["train"]), name
+        assert any(r.startswith(name) for r in extras[name]), name
+    assert 'tomli>=1.1; python_version < "3.11"' in captured["install_requires"]
+
+
+def test_vf_rl_subprocess_error_has_no_traceback(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG + "max_step = 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == "error: unknown key 'trainer.args.max_step'; did you mean 'max_steps'?"
+    )
+
+
+# -- vf-train: weighted environments ----------------------------------------------------------
+
+
+def test_load_envs_groups_several_environments(monkeypatch):
+    from datasets import Dataset
+
+    import verifiers as vf
+
+    def fake_load(env_id, **args):
+        n = args.get("n", 4)
+        return vf.SingleTurnEnv(dataset=Dataset.from_dict({"question": [f"{env_id}{i}" for i in range(n)]}))
+
+    monkeypatch.setattr(vf, "load_environment", fake_load)
+    specs = [tc.EnvConfig("a", {"n": 8}, None, "a"), tc.EnvConfig("b", {"n": 2}, None, "b")]
+    group = train_cli.load_envs(specs)  # no weights: each env's whole training set, once
+    assert isinstance(group, vf.EnvGroup) and group.env_names == ["a", "b"] and len(group.dataset) == 10
+    assert group.weights is None and list(group.dataset["task"]).count("b") == 2
+    weighted = train_cli.load_envs(
+        [tc.EnvConfig("a", {"n": 8}, 1.0, "a"), tc.EnvConfig("b", {"n": 2}, 4.0, "b")]
+    )
+    assert list(weighted.dataset["task"]).count("b") == 8
+    single = train_cli.load_envs(specs[:1])
+    assert not isinstance(single, vf.EnvGroup)
+
+
+# -- vf-setup ---------------------------------------------------------------------------------
+
+
+def test_setup_writes_example_configs_that_parse(tmp_path, capsys):
+    out = tmp_path / "cfgs"
+    assert setup_cli.main(["--dir", str(out)]) == 0
+    written = sorted(p.stem for p in out.glob("*.toml"))
+    assert written == sorted(setup_cli.example_configs())
+    assert len(written) == 11  # reverse-text has a GPU (the guide's) and a CPU recipe
+    for path in out.glob("*.toml"):
+        tc.load_config(path)
+    assert f"wrote {out / 'reverse-text.toml'}" in capsys.readouterr().out
+
+
+def test_setup_keeps_existing_files_unless_forced(tmp_path, capsys):
+    out = tmp_path / "cfgs"
+    setup_cli.main(["--dir", str(out)])
+    target = out / "reverse-text.toml"
+    target.write_text("# mine\n")
+    setup_cli.main(["--dir", str(out)])
+    text = capsys.readouterr().out
+    assert (
+        f"kept {target} (exists; --force overwrites it)" in text
+        and f"unchanged {out / 'wordle.toml'}" in text
+    )
+    assert target.read_text() == "# mine\n"
+    setup_cli.main(["--dir", str(out), "--force"])
+    assert target.read_text() == setup_cli.example_configs()["reverse-text"]
+
+
+def test_committed_configs_match_the_package_copies():
+    committed = {p.stem: p.read_text() for p in (ROOT / "configs" / "vf-rl").glob("*.toml")}
+    assert committed == setup_cli.example_configs()
+
+
+def test_setup_list(capsys):
+    assert setup_cli.main(["--list"]) == 0
+    assert "reverse-text" in capsys.readouterr().out.split()
+
+
+def test_prime_rl_config_content(tmp_path):
+    assert setup_cli.main(["--prime-rl", "reverse-text-cpu", "--dir", str(tmp_path)]) == 0  # SmolLM2's recipe
+    text = (tmp_path / "reverse-text-cpu.toml").read_text()
+    assert text.startswith("# prime-rl config for reverse-text")
+    cfg = tc.tomllib.loads(text)
+    assert cfg["max_steps"] == 20
+    assert cfg["model"] == {"name": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+    orch = cfg["orchestrator"]
+    assert (orch["batch_size"], orch["rollouts_per_example"], orch["seq_len"]) == (32, 8, 512)
+    assert orch["lora_name"] == "reverse-text-r8"
+    assert orch["sampling"] == {"max_tokens": 40, "temperature": 1.0}
+    assert orch["env"] == [
+        {
+            "id": "reverse-text",
+            "name": "reverse-text",
+            "args": {"num_train_examples": 400, "num_eval_examples": 20},
+        }
+    ]
+    assert (cfg["inference_gpu_ids"], cfg["trainer_gpu_ids"]) == ([0], [1])  # prime-rl needs GPUs
+    assert (orch["mask_truncated_completions"], orch["zero_truncated_completions"]) == (True, False)
+    assert orch["buffer"] == {"type": "online-difficulty", "oversampling_factor": 2.0}
+    assert cfg["trainer"]["model"]["experimental"]["lora"] == {
+        "rank": 8,
+        "alpha": 16,
+        "dropout": 0.0,
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    }
+    assert cfg["trainer"]["optim"] == {"lr": 5e-4, "weight_decay": 0.0, "max_norm": 1.0}
+    inference_model = {"enforce_eager": True, "max_model_len": 1024}
+    assert cfg["inference"] == {"enable_lora": True, "max_lora_rank": 8, "model": inference_model}
+    assert "ckpt" in cfg
+
+
+def test_prime_rl_model_override_and_full_finetuning(tmp_path):
+    example = setup_cli.example_configs()["gsm8k"].replace(
+        "lora_rank = 16", "use_lora = false\nlora_rank = 16"
+    )
+    cfg = tc.tomllib.loads(setup_cli.prime_rl_toml(example, model="Qwen/Qwen3-0.6B"))
+    assert cfg["model"]["name"] == "Qwen/Qwen3-0.6B"
+    assert "model" not in cfg["trainer"] and "lora_name" not in cfg["orchestrator"]
+    assert cfg["inference"] == {"model": {"max_model_len": 4096}}  # no LoRA flags
+
+
+def test_setup_bad_input(capsys):
+    line = one_error(capsys, setup_cli.main(["--prime-rl", "nope"]))
+    assert line.startswith("error: no bundled example for environment 'nope' (use one of: alphabet-sort")
+    assert "unrecognized arguments" in one_error(capsys, setup_cli.main(["--bogus"]))
+
+
+def test_multi_process_trainer_gets_time_to_checkpoint_after_a_signal(config_file, monkeypatch):
+    # torchrun SIGKILLs its workers 30 s after passing a signal on unless told otherwise.
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    argv = ["@", str(config_file), "--inference.gpus", "2", "--trainer.gpus", "2"]
+    cli = rl_cli.parse_command_line(argv, "vf-rl", rl_cli.FLAGS, rl_cli.DESCRIPTION)
+    plan = rl_cli.build_plan(rl_cli.load_config(cli.configs, cli.overrides), cli, gpu_ids=None)
+    assert plan.trainer.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(rl_cli.ELASTIC_SHUTDOWN_TIMEOUT_S)
+    argv = ["@", str(config_file)]
+    cli = rl_cli.parse_command_line(argv, "vf-rl", rl_cli.FLAGS, rl_cli.DESCRIPTION)
+    plan = rl_cli.build_plan(rl_cli.load_config(cli.configs, cli.overrides), cli, gpu_ids=None)
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in plan.trainer.env

@@ -1,0 +1,225 @@
+"""vf-rl's supervision (cli/rl/launcher.py) with fake server and trainer processes, tmux mode included."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tests.cli.rl.test_rl_cli import CONFIG  # noqa: E402 (the same config as the dry runs)
+from tests.vllm_server import free_port  # noqa: E402
+from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
+from verifiers.cli.rl import plan as rl_cli  # noqa: E402
+from verifiers.cli.run_config import load as tc  # noqa: E402
+from verifiers.errors import ServerError, ServerTimeoutError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def one_process(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+FAKE_SERVER = textwrap.dedent(
+    """
+    import http.server, sys, time
+    port, delay, lifetime = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    print("fake server starting", flush=True)
+    time.sleep(delay)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer.allow_reuse_address = True  # a restart binds the port again at once
+    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+    server.timeout = 0.2
+    print("fake server ready", flush=True)
+    end = time.monotonic() + lifetime
+    while time.monotonic() < end:
+        server.handle_request()
+    print("RuntimeError: fake server exits", flush=True)  # the error line vf-rl quotes
+    sys.exit(7)
+    """
+)
+
+
+def make_plan(tmp_path, server_cmd, trainer_cmd, timeout=30.0, port=None, max_restarts=None) -> rl_cli.Plan:
+    port = port or free_port()
+    raw = tc.tomllib.loads(CONFIG)
+    raw["inference"]["port"] = port
+    if max_restarts is not None:
+        raw["inference"]["max_restarts"] = max_restarts
+    config = tc.parse_config(raw, source=tmp_path / "cfg.toml")
+    logs = tmp_path / "logs"
+    return rl_cli.Plan(
+        config=config,
+        installs=[],
+        server=rl_cli.Side("inference", server_cmd, {}, logs / "inference.log"),
+        trainer=rl_cli.Side("trainer", trainer_cmd, {}, logs / "trainer.log"),
+        timeout=timeout,
+    )
+
+
+def fake_server(tmp_path, port, delay=0.0, lifetime=60.0) -> list[str]:
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    return [sys.executable, str(script), str(port), str(delay), str(lifetime)]
+
+
+def fake_trainer(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def gone(proc) -> bool:
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_launcher_runs_server_then_trainer_and_stops_the_server(tmp_path, capsys):
+    port = free_port()
+    trainer = fake_trainer("print('Step 1/1: reward=1.000'); print('bye')")
+    plan = make_plan(tmp_path, fake_server(tmp_path, port, delay=0.5), trainer, port=port)
+    assert rl_cli.Launcher(plan).run() == 0
+    out = capsys.readouterr().out
+    assert "[inference] fake server ready" in out
+    assert "Inference server ready after" in out
+    assert "[trainer] Step 1/1: reward=1.000" in out
+    assert "Training finished; outputs in outputs/rt/" in out
+    assert out.index("Inference server ready") < out.index("Starting the trainer")
+    assert "Step 1/1: reward=1.000\nbye\n" == plan.trainer.log.read_text()
+    assert "fake server ready" in plan.server.log.read_text()
+    assert plan.server.proc.poll() is not None and gone(plan.server.proc)
+
+
+def test_launcher_exit_status_follows_a_failed_trainer(tmp_path, capsys):
+    port = free_port()
+    trainer = fake_trainer("import sys; print('crash'); sys.exit(3)")
+    plan = make_plan(tmp_path, fake_server(tmp_path, port), trainer, port=port)
+    assert rl_cli.Launcher(plan).run() == 3
+    err = capsys.readouterr().err
+    assert f"error: training failed with exit status 3 (full log: {plan.trainer.log})" in err
+    assert gone(plan.server.proc)
+
+
+def test_server_that_dies_before_ready_is_reported_with_its_log(tmp_path, capsys):
+    server = fake_trainer("import sys; print('CUDA out of memory'); sys.exit(4)")
+    plan = make_plan(tmp_path, server, fake_trainer("print('never')"))
+    launcher = rl_cli.Launcher(plan)
+    launcher.echo = False  # as in tmux mode: the last lines are printed with the error
+    with pytest.raises(ServerError, match="exited with status 4 before it was ready"):
+        launcher.run()
+    assert plan.trainer.proc is None
+    assert "[inference] CUDA out of memory" in capsys.readouterr().err
+
+
+def test_server_readiness_has_one_total_timeout(tmp_path):
+    port = free_port()
+    plan = make_plan(
+        tmp_path, fake_server(tmp_path, port, delay=30), fake_trainer("pass"), timeout=1.0, port=port
+    )
+    started = time.monotonic()
+    with pytest.raises(ServerTimeoutError, match="not ready within 1 s"):
+        rl_cli.Launcher(plan).run()
+    assert time.monotonic() - started < 15
+    assert gone(plan.server.proc)
+
+
+def test_server_dying_during_training_stops_the_trainer(tmp_path):
+    port = free_port()
+    server = fake_server(tmp_path, port, lifetime=2.0)
+    # restarts off (inference.max_restarts = 0): restarts are tested in test_rl_supervision.py
+    plan = make_plan(tmp_path, server, fake_trainer("import time; time.sleep(60)"), port=port, max_restarts=0)
+    with pytest.raises(ServerError, match="exited with status 7 during training"):
+        rl_cli.Launcher(plan).run()
+    assert gone(plan.trainer.proc)
+
+
+def test_stop_ends_the_whole_process_group():
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
+    time.sleep(0.3)
+    rl_launcher.stop(proc, grace=5)
+    assert proc.poll() is not None and gone(proc)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)",
+        ],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+    )
+    stubborn.stdout.readline()  # SIGTERM is ignored from here on
+    rl_launcher.stop(stubborn, grace=0.5)
+    assert stubborn.returncode == -signal.SIGKILL
+    rl_launcher.stop(None)
+
+
+TMUX_CHILD = """
+import sys
+from pathlib import Path
+import tests.cli.rl.test_rl_launcher as T
+from verifiers.cli.rl import plan as rl_cli
+tmp, port, code = Path(sys.argv[1]), T.free_port(), sys.argv[2]
+plan = T.make_plan(tmp, T.fake_server(tmp, port), T.fake_trainer(code), port=port)
+rc = rl_cli.Launcher(plan, use_tmux=True).run()
+print("RESULT", rc, T.gone(plan.server.proc), T.gone(plan.trainer.proc), flush=True)
+"""
+
+
+def on_a_terminal(argv: list[str], poke=None, timeout: float = 90) -> str:
+    """Run ``argv`` (from the repository root) on a pty until it ends, draining the terminal (or
+    tmux blocks on it); ``poke(fd)`` is called between reads (to type keys). Returns the output."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: vf-rl's Launcher on a terminal
+        os.chdir(ROOT)
+        os.execv(argv[0], argv)
+    output, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        if poke is not None:
+            poke(fd)
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+    return output.decode(errors="replace")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_tmux_mode_shows_panes_and_stops_everything(tmp_path):
+    """On a terminal (a pty here), the logs go to tmux panes; the result is the same as interleaved."""
+    code = "import sys, time\nfor i in range(3):\n    print(f'Step {i + 1}/3', flush=True); time.sleep(0.5)\nsys.exit(5)\n"
+    text = on_a_terminal([sys.executable, "-c", TMUX_CHILD, str(tmp_path), code])
+    assert "RESULT 5 True True" in text, text[-2000:]
+    assert "error: training failed with exit status 5" in text
+    assert "[trainer] Step 3/3" in text  # the failed side's last lines, once tmux is gone
+    assert (tmp_path / "logs" / "vf-rl.log").read_text().startswith("Starting the inference server")

@@ -1,0 +1,108 @@
+"""The import hook that serves the old module paths of ``verifiers.compat.paths``.
+
+``install()`` appends one finder to ``sys.meta_path`` (``import verifiers`` calls it; it
+imports nothing else). The finder comes after the normal ones: a module that exists as a
+file always wins, and the finder is asked only about names no other finder knows, which
+it answers from the table with one set lookup.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import CodeType, ModuleType
+from typing import Any
+
+from verifiers.compat.paths import MOVED, NEEDS_EXTRA, OLD_PATHS, PACKAGES, REEXPORTED
+
+
+def _import(module: str, feature: str, extra: str | None) -> ModuleType:
+    if extra is None:
+        return importlib.import_module(module)
+    from verifiers.utils.extras import import_with_extra
+
+    return import_with_extra(module, feature, extra)
+
+
+def _resolve(old: str, name: str) -> Any:
+    """``name`` of the old module ``old``, from where it lives now."""
+    source = REEXPORTED[old][name]
+    # "verifiers": one of the lazy top-level names; it raises MissingExtraError itself.
+    extra = None if source == "verifiers" else NEEDS_EXTRA.get(old)
+    return getattr(_import(source, f"{old}.{name}", extra), name)
+
+
+def _reexporting_module(old: str) -> ModuleType:
+    names = REEXPORTED[old]
+    module = ModuleType(old, f"Old module path ``{old}``: its names, resolved from where they live now.")
+
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        value = _resolve(old, name)
+        setattr(module, name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(module.__dict__) | set(names))
+
+    module.__all__ = list(names)
+    module.__getattr__ = __getattr__
+    module.__dir__ = __dir__
+    return module
+
+
+class OldPathLoader(importlib.abc.Loader):
+    """Loads an old path: the module it moved to, or a module of its re-exported names."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        if spec.name in REEXPORTED:
+            return _reexporting_module(spec.name)
+        return None  # a placeholder; exec_module puts the real module in its place
+
+    def exec_module(self, module: ModuleType) -> None:
+        old = module.__name__
+        extra = NEEDS_EXTRA.get(old)
+        if old in MOVED:
+            # The import system returns whatever sys.modules holds once this returns:
+            # the moved module itself, not a copy.
+            sys.modules[old] = _import(MOVED[old], old, extra)
+        elif extra is not None:
+            for name in REEXPORTED[old]:  # imported the training stack at import, as before
+                getattr(module, name)
+
+    def get_code(self, fullname: str) -> CodeType | None:
+        """The moved module's code: ``python -m <old path>`` runs it."""
+        if fullname not in MOVED:
+            return None
+        spec = importlib.util.find_spec(MOVED[fullname])
+        loader = spec.loader if spec else None
+        return loader.get_code(MOVED[fullname]) if isinstance(loader, importlib.abc.InspectLoader) else None
+
+
+class OldPathFinder(importlib.abc.MetaPathFinder):
+    """Finds the old module paths of ``verifiers.compat.paths`` (and nothing else)."""
+
+    loader = OldPathLoader()
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in OLD_PATHS:
+            return None
+        spec = importlib.machinery.ModuleSpec(fullname, self.loader, is_package=fullname in PACKAGES)
+        if fullname in MOVED:
+            # The moved module's file, so that ``python -m <old path>`` runs with its ``__file__``.
+            moved = importlib.util.find_spec(MOVED[fullname])
+            if moved is not None and moved.has_location:
+                spec.origin, spec.has_location = moved.origin, True
+        return spec
+
+
+def install() -> None:
+    """Serve the old module paths from now on (once per interpreter)."""
+    if not any(isinstance(f, OldPathFinder) for f in sys.meta_path):
+        sys.meta_path.append(OldPathFinder())

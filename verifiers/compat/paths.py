@@ -1,0 +1,99 @@
+"""The table of old module paths: every path that earlier code imports and no file defines any more.
+
+Two kinds of entry:
+
+* ``MOVED``: the old path is another module now. Importing the old path gives that very
+  module object (``verifiers.envs.tool_env is verifiers.envs.tool``), so its names, its
+  monkeypatching and ``isinstance`` checks are the real ones.
+* ``REEXPORTED``: the old module gathered names from several modules (or from the lazy
+  top-level names of ``verifiers``). Importing it gives a small module holding exactly
+  those names, each resolved from where it lives now on first use.
+
+``NEEDS_EXTRA`` lists the old paths whose import imported the training stack: they still
+do, at import, and raise ``MissingExtraError`` naming the extra when it is missing (as
+they did in 0.1.x); the other paths stay light. An old path that is the prefix of another
+(``verifiers.rl.trainer``) is a package, so its old submodules import too.
+
+Where the paths come from:
+
+* 0.1.x: the module paths that environment modules and scripts written for 0.1.4 import
+  (``tests/test_compat_paths.py`` imports each with its names);
+* the guides: ``verifiers.rl.trainer`` (``RLTrainer``, ``RLConfig``; files ``trainer.py``
+  and ``orchestrator.py``), now ``verifiers/training/rl/`` and ``verifiers/training/generation/``;
+* 0.2's docs: ``verifiers.rollout.*`` (``python -m verifiers.rollout.chat_template`` was a
+  documented command), now ``verifiers.tokenization`` and ``verifiers.failures``.
+
+Old 0.2 paths that are packages now keep their names on the package itself instead
+(``verifiers.training.config``, ``verifiers.training.rl``, ``verifiers.cli.rl``); the other
+flat training/cli modules of 0.2 were never documented for import and have no entry.
+"""
+
+from __future__ import annotations
+
+MOVED: dict[str, str] = {
+    # 0.1.x
+    "verifiers.envs.multiturn_env": "verifiers.envs.multiturn",
+    "verifiers.envs.singleturn_env": "verifiers.envs.singleturn",
+    "verifiers.envs.stateful_tool_env": "verifiers.envs.stateful_tool",
+    "verifiers.envs.tool_env": "verifiers.envs.tool",
+    "verifiers.envs.env_group": "verifiers.envs.group",
+    "verifiers.rubrics.judge_rubric": "verifiers.rubrics.judge",
+    "verifiers.rubrics.rubric_group": "verifiers.rubrics.group",
+    "verifiers.rubrics.tool_rubric": "verifiers.rubrics.tool",
+    "verifiers.utils.data_utils": "verifiers.utils.data",
+    "verifiers.utils.model_utils": "verifiers.models",
+    "verifiers.inference.vllm_client": "verifiers.inference.client",
+    # 0.2's docs
+    "verifiers.rollout.chat_template": "verifiers.tokenization.chat_template",
+    "verifiers.rollout.tokens": "verifiers.tokenization.assembly",
+    "verifiers.rollout.failure": "verifiers.failures",
+}
+
+_GENERATOR = "verifiers.training.generation.generator"
+_PRODUCER = "verifiers.training.generation.producer"
+
+REEXPORTED: dict[str, dict[str, str]] = {
+    # 0.1.x
+    "verifiers.utils.logging_utils": {
+        "setup_logging": "verifiers.utils.logging",
+        "print_prompt_completions_sample": "verifiers.utils.display",
+    },
+    "verifiers.trainers": dict.fromkeys(
+        ("GRPOConfig", "GRPOTrainer", "grpo_defaults", "lora_defaults"), "verifiers"
+    ),
+    "verifiers.trainers.grpo_trainer": {"GRPOTrainer": "verifiers"},
+    "verifiers.trainers.grpo_config": dict.fromkeys(
+        ("GRPOConfig", "grpo_defaults", "lora_defaults"), "verifiers"
+    ),
+    # the guides
+    "verifiers.rl": dict.fromkeys(("RLConfig", "RLTrainer"), "verifiers"),
+    "verifiers.rl.trainer": {
+        **dict.fromkeys(("RLTrainer", "RLConfig", "GRPOTrainer", "GRPOConfig"), "verifiers"),
+        "BatchGenerator": _GENERATOR,
+        "RolloutProducer": _PRODUCER,
+        "build_generator": _GENERATOR,
+    },
+    "verifiers.rl.trainer.trainer": dict.fromkeys(
+        ("RLTrainer", "RLConfig", "GRPOTrainer", "GRPOConfig"), "verifiers"
+    ),
+    "verifiers.rl.trainer.orchestrator": {
+        "BatchGenerator": _GENERATOR,
+        "build_generator": _GENERATOR,
+        "RolloutProducer": _PRODUCER,
+        "GeneratedBatch": _PRODUCER,
+    },
+    # 0.2's docs: the package of the three modules above
+    "verifiers.rollout": {},
+}
+
+NEEDS_EXTRA: dict[str, str] = {
+    "verifiers.utils.model_utils": "train",
+    "verifiers.trainers.grpo_trainer": "train",
+    "verifiers.trainers.grpo_config": "train",
+    "verifiers.rl.trainer": "train",
+    "verifiers.rl.trainer.trainer": "train",
+    "verifiers.rl.trainer.orchestrator": "train",
+}
+
+OLD_PATHS: frozenset[str] = frozenset(MOVED) | frozenset(REEXPORTED)
+PACKAGES: frozenset[str] = frozenset(p for p in OLD_PATHS if any(q.startswith(p + ".") for q in OLD_PATHS))
