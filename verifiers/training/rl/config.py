@@ -28,6 +28,7 @@ Mapping (RLConfig -> GRPOConfig), with P training processes (``batch_layout.roll
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,11 @@ def grpo_field_names() -> set[str]:
     return {f.name for f in dataclasses.fields(GRPOConfig) if f.init} - set(RENAMED_GRPO_FIELDS)
 
 
+def _lora_default(parameter: str) -> Any:
+    """``lora_defaults``' own default for ``parameter``: the LoRA defaults are defined there, once."""
+    return inspect.signature(lora_defaults).parameters[parameter].default
+
+
 @dataclass
 class RLConfig:
     """Training settings counted in rollouts; see the module docstring for how they map onto GRPOConfig."""
@@ -138,9 +144,9 @@ class RLConfig:
 
     # LoRA.
     use_lora: bool = _own(True, "Train a LoRA adapter (False: the full model).")
-    lora_rank: int = _own(8, "LoRA rank r.")
-    lora_alpha: float = _own(16, "LoRA scale alpha (the update is scaled by alpha / r).")
-    lora_dropout: float = _own(0.0, "Dropout on the LoRA input, in [0, 1).")
+    lora_rank: int = _own(_lora_default("r"), "LoRA rank r.")
+    lora_alpha: float = _own(_lora_default("alpha"), "LoRA scale alpha (the update is scaled by alpha / r).")
+    lora_dropout: float = _own(_lora_default("dropout"), "Dropout on the LoRA input, in [0, 1).")
     lora_target_modules: list[str] | str | None = _own(
         None,
         'Modules LoRA adapts; None: q_proj, k_proj, v_proj, o_proj; a string is PEFT\'s: "all-linear" '
