@@ -53,6 +53,12 @@ LIGHT_PATHS: dict[str, list[str]] = {
     "verifiers.envs.stateful_tool_env": ["StatefulToolEnv"],
     "verifiers.envs.env_group": ["EnvGroup", "EnvGroupRubric"],
     "verifiers.envs.textarena_env": ["TextArenaEnv"],
+    # upstream 0.1.10+'s experimental environments (issue 25)
+    "verifiers.envs.experimental": ["GymEnv", "MCPEnv", "CliAgentEnv", "HarborEnv"],
+    "verifiers.envs.experimental.gym_env": ["GymEnv"],
+    "verifiers.envs.experimental.mcp_env": ["MCPEnv"],
+    "verifiers.envs.experimental.cli_agent_env": ["CliAgentEnv"],
+    "verifiers.envs.experimental.harbor_env": ["HarborEnv"],
     "verifiers.envs": [
         "Environment",
         "MultiTurnEnv",

@@ -15,7 +15,12 @@ from verifiers.compat import install as _install_old_paths
 from verifiers.envs.decorators import cleanup, stop, teardown
 from verifiers.envs.environment import Environment
 from verifiers.envs.group import EnvGroup
+from verifiers.envs.gym import GymEnv
+from verifiers.envs.integrations import ReasoningGymEnv, TextArenaEnv
 from verifiers.envs.multiturn import MultiTurnEnv
+from verifiers.envs.python_env import PythonEnv
+from verifiers.envs.refused import CliAgentEnv, HarborEnv, MCPEnv, OpenEnvEnv
+from verifiers.envs.sandbox_env import SandboxEnv
 from verifiers.envs.singleturn import SingleTurnEnv
 from verifiers.envs.stateful_tool import StatefulToolEnv
 from verifiers.envs.tool import ToolEnv
@@ -25,7 +30,12 @@ from verifiers.errors import (
     EnvironmentArgsError,
     EnvironmentNotFoundError,
     MissingExtraError,
+    MissingPackageError,
+    SandboxError,
     ServerError,
+    ToolCallError,
+    ToolError,
+    ToolParseError,
     VerifiersError,
     WeightSyncError,
 )
@@ -88,6 +98,7 @@ _LAZY: dict[str, tuple[str, str]] = {
 __all__ = [
     "AssistantMessage",
     "ChatMessage",
+    "CliAgentEnv",
     "ConfigError",
     "DatasetFormatError",
     "EnvGroup",
@@ -96,14 +107,21 @@ __all__ = [
     "EnvironmentNotFoundError",
     "GenerateInputs",
     "GenerateOutputs",
+    "GymEnv",
+    "HarborEnv",
     "Info",
     "JudgeRubric",
+    "MCPEnv",
     "Messages",
     "MissingExtraError",
     "MissingKeyError",
+    "MissingPackageError",
     "MultiTurnEnv",
+    "OpenEnvEnv",
     "Parser",
     "ProcessedOutputs",
+    "PythonEnv",
+    "ReasoningGymEnv",
     "RewardFunc",
     "RolloutInput",
     "RolloutScore",
@@ -111,15 +129,21 @@ __all__ = [
     "Rubric",
     "RubricGroup",
     "SamplingArgs",
+    "SandboxEnv",
+    "SandboxError",
     "ServerError",
     "SingleTurnEnv",
     "State",
     "StatefulToolEnv",
     "SystemMessage",
+    "TextArenaEnv",
     "ThinkParser",
     "ToolCall",
+    "ToolCallError",
     "ToolEnv",
+    "ToolError",
     "ToolMessage",
+    "ToolParseError",
     "ToolRubric",
     "TrajectoryStep",
     "TurnTokens",

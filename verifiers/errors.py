@@ -50,6 +50,34 @@ class MissingExtraError(VerifiersError, ImportError):
         self.extra = extra
 
 
+class MissingPackageError(MissingExtraError):
+    """A third-party package an environment class wraps (gymnasium, textarena, ...) is not installed."""
+
+    def __init__(self, feature: str, package: str):
+        VerifiersError.__init__(
+            self,
+            f"{feature} needs the '{package}' package, which is not installed",
+            hint=f"pip install {package}",
+        )
+        self.extra = package
+
+
+class ToolError(VerifiersError):
+    """A tool call ended the rollout (0.1.8+'s ``stop_errors``); the cause is chained."""
+
+
+class ToolParseError(ToolError):
+    """A tool call's arguments could not be read, and the error type is in ``stop_errors``."""
+
+
+class ToolCallError(ToolError):
+    """A tool raised an error whose type is in ``stop_errors``."""
+
+
+class SandboxError(VerifiersError):
+    """The code sandbox itself failed (not the code it ran)."""
+
+
 class ServerError(VerifiersError):
     """The inference server answered with an error, or could not be reached."""
 

@@ -110,7 +110,10 @@ class NumberGuessEnv(vf.MultiTurnEnv):
         return guess if guess is not None and 1 <= guess <= self.max_number else None
 
     async def is_completed(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> bool:
-        # Called once after every model turn: record the guess here, answer it in env_response.
+        # Asked after every model turn, and (0.1.4's loop) before each model call: a guess is
+        # recorded once, after the model's turn; env_response answers it.
+        if not messages or messages[-1].get("role") != "assistant":
+            return False
         guess = self._last_guess(messages)
         state["guesses"].append(guess)
         if guess is not None:

@@ -140,3 +140,107 @@ def parity(
     start = time.perf_counter()
     results = run_oracle(oracle_python, groups, smol_tokenizer_dir, tmp_path_factory.mktemp("oracle-run"))
     return groups, results, time.perf_counter() - start
+
+
+# -- the 0.1.8 / 0.1.10 / 0.1.12 oracles (tests/parity/test_parity_01x.py) ----------------------
+
+# Installed with --no-deps like 0.1.4's: openai 2 and openai-agents of the releases' time, the
+# datasets / hub client 0.1.4's oracle uses, and the packages 0.1.10+ import when `vf.MultiTurnEnv`
+# is first read (tenacity, and prime-sandboxes with its own imports: the sandbox mixin is imported
+# by every environment class even though no sandbox is used). The rest is this interpreter's.
+_PINS_01X = (
+    "openai==2.8.0",
+    "openai-agents==0.5.0",
+    "griffe==1.15.0",
+    "colorama==0.4.6",
+    "distro==1.9.0",
+    "jiter==0.11.0",
+    "transformers==4.56.2",
+    "tokenizers==0.22.1",
+    "huggingface_hub==0.35.3",
+    "datasets==4.1.1",
+)
+_SANDBOX_PINS = (
+    "tenacity==9.1.2",
+    "prime-sandboxes==0.2.19",
+    "aiolimiter==1.2.1",
+    "aiofiles==24.1.0",
+    "connect-python==0.9.0",
+    "pyqwest==0.12.0",
+)
+RELEASE_PINS: dict[str, tuple[str, ...]] = {
+    "0.1.8": ("verifiers==0.1.8", *_PINS_01X),
+    "0.1.10": ("verifiers==0.1.10", *_PINS_01X, *_SANDBOX_PINS),
+    "0.1.12": ("verifiers==0.1.12", *_PINS_01X, *_SANDBOX_PINS),
+}
+
+
+def build_release_oracle(version: str, venv: Path) -> Path:
+    """``verifiers==version``'s Python in ``venv`` (built once per pin set, like 0.1.4's)."""
+    pins = RELEASE_PINS[version]
+    marker = venv / ".parity-pins"
+    wanted = "\n".join(pins)
+    if marker.exists() and marker.read_text() == wanted and _python(venv).exists():
+        return _python(venv)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
+    py = _python(venv)
+    done = subprocess.run(
+        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", *pins],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+        pytest.skip(f"verifiers {version} oracle not installable (needs PyPI): {last[:160]}")
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(purelib, "zz_parity_host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    marker.write_text(wanted)
+    return py
+
+
+def run_release_oracle(python: Path, version: str, groups: dict, workdir: Path) -> dict:
+    """Send ``groups`` (op -> cases) through one release's oracle in one subprocess; op -> results."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OPENAI_API_KEY="EMPTY",
+        JUDGE_API_KEY="EMPTY",
+        VF_LOG_LEVEL="CRITICAL",
+    )
+    done = subprocess.run(
+        [str(python), "-I", str(HERE.parent / "drivers" / "oracle_01x_driver.py")],
+        input=json.dumps({"expect": version, "groups": groups}),
+        capture_output=True,
+        text=True,
+        cwd=workdir,  # not the checkout: `import verifiers` must find the release
+        env=env,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{version} oracle driver failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)["results"]
+
+
+@pytest.fixture(scope="session")
+def release_oracles(tmp_path_factory: pytest.TempPathFactory):
+    """``version -> (python, build seconds)``, building each release's venv on first use."""
+    built: dict[str, tuple[Path, float]] = {}
+
+    def get(version: str) -> tuple[Path, float]:
+        if version not in built:
+            cache = os.environ.get("VF_CACHE_DIR")
+            root = Path(cache).expanduser() if cache else tmp_path_factory.getbasetemp()
+            start = time.perf_counter()
+            py = build_release_oracle(version, root / f"oracle-{version}")
+            built[version] = (py, time.perf_counter() - start)
+        return built[version]
+
+    return get

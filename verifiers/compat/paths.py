@@ -43,6 +43,11 @@ MOVED: dict[str, str] = {
     "verifiers.utils.data_utils": "verifiers.utils.data",
     "verifiers.utils.model_utils": "verifiers.models",
     "verifiers.inference.vllm_client": "verifiers.inference.client",
+    # 0.1.10+ (issue 25): upstream's experimental environments
+    "verifiers.envs.experimental.gym_env": "verifiers.envs.gym",
+    "verifiers.envs.experimental.mcp_env": "verifiers.envs.refused",
+    "verifiers.envs.experimental.cli_agent_env": "verifiers.envs.refused",
+    "verifiers.envs.experimental.harbor_env": "verifiers.envs.refused",
     # 0.2's docs
     "verifiers.rollout.chat_template": "verifiers.tokenization.chat_template",
     "verifiers.rollout.tokens": "verifiers.tokenization.assembly",
@@ -84,6 +89,11 @@ REEXPORTED: dict[str, dict[str, str]] = {
     },
     # 0.2's docs: the package of the three modules above
     "verifiers.rollout": {},
+    # 0.1.10+ (issue 25)
+    "verifiers.envs.experimental": {
+        "GymEnv": "verifiers.envs.gym",
+        **dict.fromkeys(("MCPEnv", "CliAgentEnv", "HarborEnv"), "verifiers.envs.refused"),
+    },
 }
 
 NEEDS_EXTRA: dict[str, str] = {

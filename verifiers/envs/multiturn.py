@@ -178,8 +178,12 @@ class MultiTurnEnv(Environment):
         chat = not isinstance(prompt, str)
         args = {**self.sampling_args, **(sampling_args or {})}
         budget = args.pop("max_completion_length", None)  # the whole completion's cap, not a server argument
+        total_cap = args.pop(
+            "max_total_tokens", None
+        )  # vf-eval's cap on prompt + completion, not sent either
         per_turn = args.get("max_tokens")
-        tools = self.tools_for(state["info"]) if chat else None
+        # Active tools (0.1.8+): this rollout's own list, which setup_state may change.
+        state["oai_tools"] = self.tools_for(state["info"]) if chat else None
         # An is_completed override (0.1.4 style) is asked first; stop conditions are checked too.
         own_is_completed = type(self).is_completed is not MultiTurnEnv.is_completed
         # Working copy of the conversation; the state's prompt stays as given.
@@ -213,14 +217,28 @@ class MultiTurnEnv(Environment):
             self._fail(state, FailureKind.IS_COMPLETED, err)
             return completion, state
 
+        # 0.1.4 asked an is_completed override before every model call as well, so a game that
+        # env_response finished ends there, with no extra model turn (0.1.8+ asks after each model
+        # turn only, its env_response running inside the next turn). Not before the first call:
+        # a rollout keeps at least one model turn to train on (docs/migrating.md).
+        ask_before_each_call = own_is_completed and not self.later_api
         while True:
+            if ask_before_each_call and state["turn"] > 0:  # not before the first: see docs/migrating.md
+                try:
+                    if await resolve(self.is_completed(messages, state, **kwargs)):
+                        if state.get("stop_condition") is None:
+                            state["stop_condition"] = "is_completed"
+                        break
+                except Exception as err:
+                    self._fail(state, FailureKind.IS_COMPLETED, err)
+                    break
             sent = list(messages) if chat else messages
             try:
                 response = await self.get_model_response(
                     client,
                     model,
                     messages,
-                    oai_tools=tools,
+                    oai_tools=state.get("oai_tools") if chat else None,
                     sampling_args=args,
                     message_type=self.message_type,
                 )
@@ -253,6 +271,16 @@ class MultiTurnEnv(Environment):
                     state["is_truncated"] = True
                     break
                 args["max_tokens"] = min(per_turn or budget, budget - used)
+            if total_cap is not None:
+                # Upstream's max_seq_len: the last call's prompt + completion is the whole rollout.
+                used_total = len(tokens.prompt_ids) + len(tokens.completion_ids)
+                if not tokens.prompt_ids:  # no token ids from the server: its usage count
+                    used_total = int(getattr(getattr(response, "usage", None), "total_tokens", 0) or 0)
+                if used_total >= total_cap:
+                    state["is_truncated"] = True
+                    break
+                # The next prompt holds everything so far, so its reply gets at most what is left.
+                args["max_tokens"] = min(args.get("max_tokens") or total_cap, total_cap - used_total)
             try:
                 if await resolve(self.is_completed(messages, state, **kwargs)):
                     state.setdefault("stop_condition", None)

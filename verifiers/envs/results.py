@@ -5,11 +5,15 @@
 - :func:`raise_if_unreachable`: the one case a batch of rollouts raises instead
   of returning values: none of them reached the model server.
 - :func:`results_dataset`: ``GenerateOutputs`` -> a ``datasets.Dataset``.
+- :func:`pass_at_k`, :func:`pass_at_k_summary`: upstream's (0.1.10+) pass@k and
+  pass^k over the rollouts of each example, reported by ``vf-eval``.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from verifiers.envs.model_client import client_url
@@ -91,3 +95,57 @@ def results_dataset(
     if push_to_hub:
         dataset.push_to_hub(hub_name)
     return dataset
+
+
+PASS_THRESHOLD = 0.5
+"""A rollout counts as correct for pass@k when its reward is at least this (upstream's default)."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> tuple[float, float]:
+    """``(pass@k, pass^k)`` of one example with ``n`` rollouts of which ``c`` are correct.
+
+    Unbiased estimators over the ``C(n, k)`` ways to pick ``k`` of the ``n`` rollouts:
+    pass@k = 1 - C(n-c, k) / C(n, k) (at least one of the k is correct) and
+    pass^k = C(c, k) / C(n, k) (all k are correct). Needs ``1 <= k <= n`` and ``0 <= c <= n``.
+    """
+    if not (1 <= k <= n and 0 <= c <= n):
+        raise ConfigError(f"pass@k needs 1 <= k <= n and 0 <= c <= n, got n={n}, c={c}, k={k}")
+    total = math.comb(n, k)
+    return 1.0 - math.comb(n - c, k) / total, math.comb(c, k) / total
+
+
+def pass_k_values(rollouts_per_example: int) -> list[int]:
+    """The k reported for ``rollouts_per_example`` rollouts: powers of 2 up to it (none for 1), as upstream."""
+    if rollouts_per_example < 2:
+        return []
+    return [2**i for i in range(rollouts_per_example.bit_length()) if 2**i <= rollouts_per_example]
+
+
+def pass_at_k_summary(
+    rewards: Sequence[float],
+    example_ids: Sequence[Any],
+    rollouts_per_example: int,
+    threshold: float = PASS_THRESHOLD,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """``(pass_at_k, pass_all_k)``: ``{str(k): mean over examples}`` for each k of :func:`pass_k_values`.
+
+    ``rewards[i]`` is rollout ``i``'s reward and ``example_ids[i]`` its example; only examples
+    with all ``rollouts_per_example`` rollouts count (a resumed run's unfinished example
+    does not). Empty dicts when no example is complete or ``rollouts_per_example`` is 1.
+    """
+    ks = pass_k_values(rollouts_per_example)
+    counts: dict[Any, list[int]] = {}
+    for reward, example in zip(rewards, example_ids, strict=True):
+        seen = counts.setdefault(example, [0, 0])
+        seen[0] += 1
+        seen[1] += int(reward >= threshold)
+    complete = [c for n, c in counts.values() if n == rollouts_per_example]
+    if not ks or not complete:
+        return {}, {}
+    at: dict[str, float] = {}
+    every: dict[str, float] = {}
+    for k in ks:
+        pairs = [pass_at_k(rollouts_per_example, c, k) for c in complete]
+        at[str(k)] = sum(p for p, _ in pairs) / len(pairs)
+        every[str(k)] = sum(a for _, a in pairs) / len(pairs)
+    return at, every

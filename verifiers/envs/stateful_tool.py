@@ -1,10 +1,18 @@
 """``StatefulToolEnv``: tools that receive per-rollout state the model never sees.
 
 ``add_tool(tool, args_to_skip=["session_id"])`` hides those parameters from
-the tool's schema; ``update_tool_args(tool_args, messages, state, **kw)``
-fills them in (from ``state``, typically set up in ``setup_state``) before each
-call. A value the model sends for a hidden parameter is dropped, so the model
-cannot forge it.
+the tool's schema (``oai_tools`` / ``tool_defs``); ``update_tool_args`` fills them in
+(from ``state``, typically set up in ``setup_state``) before each call. A value the
+model sends for a hidden parameter is dropped, so the model cannot forge it.
+
+``update_tool_args`` has two forms, told apart by its signature:
+
+- 0.1.5+: ``update_tool_args(tool_name, tool_args, messages, state, **kwargs)``;
+- 0.1.4: ``update_tool_args(tool_args, messages, state, **kwargs)`` (``kwargs["tool_name"]``
+  names the tool when the override accepts it).
+
+Either may be sync or async, and may return the new arguments or change them in place
+(returning None).
 """
 
 from __future__ import annotations
@@ -43,13 +51,14 @@ class StatefulToolEnv(ToolEnv):
                 f"args_to_skip {missing} are not parameters of tool {tool_name(tool)!r}",
                 hint=f"its parameters are: {', '.join(params)}",
             )
-        if self.oai_tools is None:
-            self.oai_tools = []
-        self.oai_tools.append(self._register(tool, function_to_tool_schema(tool, args_to_skip=skip)))
+        self._add(tool, function_to_tool_schema(tool, args_to_skip=skip))
         self.skipped_args[tool_name(tool)] = skip
 
-    def update_tool_args(self, tool_args: dict, messages: Messages, state: State, **kwargs: Any) -> dict:
-        """Return the arguments to call the tool with; ``kwargs["tool_name"]`` names the tool. Default: unchanged."""
+    def update_tool_args(self, *args: Any, **kwargs: Any) -> dict:
+        """Return the arguments to call the tool with (see the module for the two forms). Default: unchanged."""
+        tool_args = (
+            args[1] if len(args) >= 4 or (args and isinstance(args[0], str)) else (args[0] if args else {})
+        )
         return tool_args
 
     async def prepare_tool_args(
@@ -57,11 +66,28 @@ class StatefulToolEnv(ToolEnv):
     ) -> dict:
         hidden = set(self.skipped_args.get(tool_name, []))
         args = {k: v for k, v in tool_args.items() if k not in hidden}
-        hook_kwargs = dict(kwargs)
-        if _accepts(self.update_tool_args, "tool_name"):
-            hook_kwargs["tool_name"] = tool_name
-        updated = await resolve(self.update_tool_args(args, messages, state, **hook_kwargs))
+        hook = self.update_tool_args
+        if _takes_tool_name_first(hook):
+            updated = await resolve(hook(tool_name, args, messages, state, **kwargs))
+        else:
+            hook_kwargs = dict(kwargs)
+            if _accepts(hook, "tool_name"):
+                hook_kwargs["tool_name"] = tool_name
+            updated = await resolve(hook(args, messages, state, **hook_kwargs))
         return args if updated is None else updated
+
+
+def _takes_tool_name_first(fn: Callable[..., Any]) -> bool:
+    """True for 0.1.5+'s ``update_tool_args(tool_name, tool_args, messages, state, ...)``: four
+    positional parameters, or a first one named ``tool_name`` (0.1.4's form has three)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind is p.VAR_POSITIONAL for p in params) and not positional:
+        return True  # the default (*args): either form; call it the 0.1.5+ way
+    return bool(positional) and (positional[0].name == "tool_name" or len(positional) >= 4)
 
 
 def _accepts(fn: Callable[..., Any], name: str) -> bool:

@@ -8,7 +8,14 @@ model caused (unknown tool, arguments that are not a JSON object, a tool that
 raises or runs past ``tool_timeout``) become error text for the model, not
 exceptions. A call that runs past ``tool_timeout`` is also counted in the
 rollout's ``state["tool_timeouts"]`` (the trainer's metric ``errors/tool_timeout``)
-and logged once per tool. The rollout ends when the assistant calls no tool.
+and logged once per tool. The rollout ends when the assistant calls no tool
+(``state["stop_condition"] = "no_tools_called"``, as 0.1.8+ names it).
+
+0.1.5+ additions: ``remove_tool``; ``tool_defs`` (the schemas the model sees, as
+``{name, description, parameters}`` records that read as attributes); ``stop_errors``
+(exception types that end the rollout instead of becoming error text, raised as
+``ToolCallError`` / ``ToolParseError``); and active tools: each rollout's tool schemas
+live in ``state["oai_tools"]``, which ``setup_state`` may change for that rollout.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verifiers.envs.multiturn import MultiTurnEnv
-from verifiers.errors import ConfigError
+from verifiers.errors import ConfigError, ToolCallError, ToolParseError
 from verifiers.types import ChatMessage, Messages, State
 from verifiers.utils.async_utils import call_maybe_async
 from verifiers.utils.logging import warn_once
@@ -52,6 +59,7 @@ class ToolEnv(MultiTurnEnv):
         tools: list[Callable[..., Any]] | None = None,
         max_turns: int = 10,
         error_formatter: Callable[[Exception], str] = str,
+        stop_errors: list[type[Exception]] | None = None,
         **kwargs: Any,
     ):
         if kwargs.get("message_type", "chat") != "chat":
@@ -59,6 +67,7 @@ class ToolEnv(MultiTurnEnv):
         self.tools: list[Callable[..., Any]] = []
         self.tool_map: dict[str, Callable[..., Any]] = {}
         self.error_formatter = error_formatter
+        self.stop_errors: list[type[Exception]] = list(stop_errors or [])
         schemas: list[dict] = []
         for tool in tools or []:
             schemas.append(self._register(tool, function_to_tool_schema(tool)))
@@ -81,23 +90,70 @@ class ToolEnv(MultiTurnEnv):
 
     def add_tool(self, tool: Callable[..., Any]) -> None:
         """Add a tool after construction."""
+        self._add(tool, function_to_tool_schema(tool))
+
+    def _add(self, tool: Callable[..., Any], schema: dict) -> None:
         if self.oai_tools is None:
             self.oai_tools = []
-        self.oai_tools.append(self._register(tool, function_to_tool_schema(tool)))
+        self.oai_tools.append(self._register(tool, schema))
         monitor = getattr(self, "_tool_monitor", None)
-        if monitor is not None:
+        name = tool_name(tool)
+        if monitor is not None and name not in monitor.tool_names:
             from verifiers.rubrics.tool import _call_counter
 
-            monitor.tool_names.append(tool_name(tool))
-            monitor.add_reward_func(_call_counter(tool_name(tool)), weight=0.0)
+            monitor.tool_names.append(name)
+            monitor.add_reward_func(_call_counter(name), weight=0.0)
+
+    def remove_tool(self, tool: Callable[..., Any] | str) -> None:
+        """Remove a tool (the function, or its name): the model no longer sees or can call it (0.1.5+)."""
+        name = tool if isinstance(tool, str) else tool_name(tool)
+        if name not in self.tool_map:
+            raise ConfigError(
+                f"remove_tool: no tool is named {name!r}",
+                hint=f"the tools are: {', '.join(self.tool_map) or 'none'}",
+            )
+        removed = self.tool_map.pop(name)
+        self.tools = [t for t in self.tools if t is not removed]
+        self.oai_tools = [t for t in (self.oai_tools or []) if (t.get("function") or {}).get("name") != name]
+        getattr(self, "skipped_args", {}).pop(name, None)
+        monitor = getattr(self, "_tool_monitor", None)
+        if monitor is not None and name in monitor.tool_names:
+            monitor.tool_names.remove(name)
+            for i, spec_name in enumerate(monitor.get_reward_func_names()):
+                if spec_name == f"{name}_calls":
+                    del monitor._specs[i], monitor.reward_funcs[i], monitor.reward_weights[i]
+                    break
+
+    @property
+    def tool_defs(self) -> list[ToolDef]:
+        """The tool schemas the model sees (0.1.12's name), as ``ToolDef`` records; built from
+        ``oai_tools``, so hidden arguments (``args_to_skip``) are absent here too."""
+        return [ToolDef.from_oai(t) for t in (self.oai_tools or [])]
+
+    @tool_defs.setter
+    def tool_defs(self, defs: list[dict] | None) -> None:
+        # Upstream code assigns tool_defs ({name, description, parameters} records); the model
+        # is sent oai_tools, so keep the two one list.
+        self.oai_tools = [ToolDef(d).to_oai() if "function" not in d else dict(d) for d in (defs or [])]
 
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
+        # Done after an assistant turn without tool calls (as 0.1.4): not before the first model
+        # call, and not after the tool replies, when the model has still to read them.
         last = messages[-1] if messages else {}
-        return not (last.get("role") == "assistant" and last.get("tool_calls"))
+        done = last.get("role") == "assistant" and not last.get("tool_calls")
+        if done and state.get("stop_condition") is None:
+            state["stop_condition"] = "no_tools_called"  # 0.1.8+'s name for this stop
+        return done
 
     async def env_response(
         self, messages: Messages, state: State, **kwargs: Any
-    ) -> tuple[list[ChatMessage], State]:
+    ) -> tuple[list[ChatMessage], State] | list[ChatMessage]:
+        """One ``role: "tool"`` message per tool call of the last assistant turn.
+
+        Returns ``(messages, state)`` as 0.1.4-0.1.7 did, or, for a module in the 0.1.8+ form
+        (``later_api``), the messages alone, so a subclass's ``await super().env_response(...)``
+        gets what its release returned.
+        """
         # Calls run one after another, in the model's order: tools may share state.
         replies = []
         token = _ROLLOUT_STATE.set(state)
@@ -106,7 +162,7 @@ class ToolEnv(MultiTurnEnv):
                 replies.append(await self._run_tool_call(call, messages, state, **kwargs))
         finally:
             _ROLLOUT_STATE.reset(token)
-        return replies, state
+        return replies if self.later_api else (replies, state)
 
     async def _run_tool_call(
         self, call: dict, messages: Messages, state: State, **kwargs: Any
@@ -121,6 +177,8 @@ class ToolEnv(MultiTurnEnv):
         try:
             args = json.loads(raw) if isinstance(raw, str) and raw.strip() else (raw or {})
         except json.JSONDecodeError as e:
+            if self._stops_on(e):
+                raise ToolParseError(f"the arguments for tool {name!r} are not valid JSON: {e}") from e
             return _tool_message(
                 f"Error: the arguments for tool {name!r} are not valid JSON ({e.msg}): {str(raw)[:200]}",
                 call_id,
@@ -162,9 +220,16 @@ class ToolEnv(MultiTurnEnv):
             return _tool_message(f"Error: tool {tool_name!r} timed out after {timeout:g}s", tool_call_id)
         err = task.exception()
         if err is not None:
+            if self._stops_on(err):
+                # 0.1.8+: an error listed in stop_errors ends the rollout (state["failure"]).
+                raise ToolCallError(f"tool {tool_name!r} raised {type(err).__name__}: {err}") from err
             return _tool_message(str(self.error_formatter(err)), tool_call_id)
         result = task.result()
         return _tool_message(format_tool_result(result), tool_call_id)
+
+    def _stops_on(self, err: BaseException) -> bool:
+        """True if ``err`` is one of ``stop_errors`` (it ends the rollout instead of going to the model)."""
+        return any(isinstance(err, kind) for kind in self.stop_errors)
 
     def _count_timeout(self, tool_name: str, timeout: float | None) -> None:
         state = _ROLLOUT_STATE.get()
@@ -178,6 +243,35 @@ class ToolEnv(MultiTurnEnv):
             tool_name,
             timeout or 0.0,
         )
+
+
+class ToolDef(dict):
+    """One tool as 0.1.12's ``tool_defs`` lists it: ``{"name", "description", "parameters"}``
+    (a dict whose keys also read as attributes: ``tool_def.name``)."""
+
+    @classmethod
+    def from_oai(cls, schema: dict) -> ToolDef:
+        fn = schema.get("function") or {}
+        return cls(
+            name=fn.get("name", ""),
+            description=fn.get("description", ""),
+            parameters=fn.get("parameters") or {},
+        )
+
+    def to_oai(self) -> dict:
+        """The OpenAI tool schema of this record."""
+        fn = {
+            "name": self.get("name", ""),
+            "description": self.get("description") or "",
+            "parameters": self.get("parameters") or {},
+        }
+        return {"type": "function", "function": fn}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"ToolDef has no field {name!r}") from None
 
 
 def _tool_message(content: str, tool_call_id: str) -> ChatMessage:

@@ -18,6 +18,15 @@ contract in ``docs/architecture.md`` ("Multi-turn token assembly"):
   rollout becomes one sample per turn (each ``t_i.prompt_ids`` /
   ``t_i.completion_ids``, all with the rollout's reward), counted in
   ``metrics["template_rewrites"]`` and warned about once. Never an error.
+* The source of a rollout's turns is ``state["trajectory"]`` (0.1.8+: one step per
+  model call, each with its ``tokens``) when every step has prompt token ids, else
+  ``state["turn_tokens"]``. Both hold the server's tokens; a module may have edited
+  or replaced its trajectory steps (upstream's ``add_trajectory_step``), and then
+  those are what is trained. A trajectory whose steps are not a linear continuation
+  by design (a step's prompt *messages* do not start with the previous step's prompt
+  + completion: the module built that prompt itself, e.g. a summary of the history)
+  becomes one sample per step, from the step's stored tokens, never re-tokenized;
+  counted in ``metrics["trajectory_splits"]``, not as a template rewrite (no warning).
 * A rollout without token data (a plain OpenAI endpoint) is retokenized from
   ``state["prompt"]`` / ``state["completion"]`` with the chat template the server
   uses (:func:`render_chat_ids`, tool fallback included): the prompt
@@ -54,7 +63,7 @@ tokens *before* it is sent to the server (the trainer applies it to every traini
 prompt), so the tokens trained are the tokens the server conditioned on.
 
 Metrics (counts, as floats): ``rollouts``, ``samples``, ``template_rewrites``,
-``retokenized``, ``truncated`` (samples), ``prompt_truncated`` (samples),
+``trajectory_splits``, ``retokenized``, ``truncated`` (samples), ``prompt_truncated`` (samples),
 ``unknown_logprob_tokens``, ``failed`` (rollouts).
 """
 
@@ -166,6 +175,41 @@ def _per_turn(turns: list[TurnTokens]) -> list[_Sample]:
         s.add(turn.completion_ids, 1, _turn_logprobs(turn))
         samples.append(s)
     return samples
+
+
+def trajectory_turns(state: Mapping[str, Any]) -> list[TurnTokens] | None:
+    """``state["trajectory"]``'s steps as turns (their ``tokens``: prompt/completion ids and
+    log-probs; a truncated step reads as ``finish_reason == "length"``), or None when the
+    state has no trajectory or a step lacks prompt token ids (then ``turn_tokens`` is used)."""
+    steps = state.get("trajectory") or []
+    turns = []
+    for step in steps:
+        tokens = step.get("tokens") if isinstance(step, Mapping) else None
+        if not isinstance(tokens, Mapping) or not tokens.get("prompt_ids"):
+            return None
+        turn = as_turn_tokens(tokens)
+        if step.get("is_truncated") or tokens.get("is_truncated"):
+            turn.finish_reason = "length"
+        turns.append(turn)
+    return turns or None
+
+
+def _message_key(message: Any) -> tuple[Any, str]:
+    if isinstance(message, Mapping):
+        return message.get("role"), str(message.get("content"))
+    return None, str(message)
+
+
+def trajectory_is_linear(steps: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether each step's prompt messages start with the previous step's prompt + completion
+    (role and content compared), as the default turn loop builds them. A module that builds
+    prompts itself (upstream's ``get_prompt_messages`` override) breaks this on purpose."""
+    for prev, step in zip(steps, steps[1:], strict=False):
+        before = [_message_key(m) for m in [*(prev.get("prompt") or []), *(prev.get("completion") or [])]]
+        now = [_message_key(m) for m in (step.get("prompt") or [])]
+        if isinstance(prev.get("prompt"), str) or now[: len(before)] != before:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -534,6 +578,7 @@ def process_rollouts(
     counts = dict.fromkeys(
         (
             "template_rewrites",
+            "trajectory_splits",
             "retokenized",
             "truncated",
             "prompt_truncated",
@@ -543,11 +588,22 @@ def process_rollouts(
         0,
     )
     for i, (state, reward) in enumerate(zip(states, rewards, strict=True)):
-        turns = [as_turn_tokens(t) for t in (state.get("turn_tokens") or [])]
+        from_trajectory = trajectory_turns(state)
+        if from_trajectory is not None:
+            turns = from_trajectory
+        else:
+            turns = [as_turn_tokens(t) for t in (state.get("turn_tokens") or [])]
         failed = failure_of(state) is not None
         counts["failed"] += int(failed)
         if _has_token_data(turns):
             samples = _assemble(turns, mask_env_responses)
+            if (
+                samples is None
+                and from_trajectory is not None
+                and not trajectory_is_linear(state["trajectory"])
+            ):
+                counts["trajectory_splits"] += 1  # non-linear by the module's design: one sample per step
+                samples = _per_turn(turns)
             if samples is None:
                 counts["template_rewrites"] += 1
                 warn_once(

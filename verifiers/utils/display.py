@@ -151,13 +151,15 @@ def print_results_table(
     rollouts_per_example: int = 1,
     sample_index: int = 0,
     console: Console | None = None,
+    pass_at_k: Mapping[str, float] | None = None,
 ) -> None:
     """Print vf-eval's summary: reward and metric statistics, then one sample rollout.
 
     The statistics table has one row for the reward and one per metric (mean,
     std, min, max over all rollouts). When ``rollouts_per_example > 1`` the
     rewards of each example's rollouts are also listed, which shows at a glance
-    whether an example is always solved, never, or sometimes.
+    whether an example is always solved, never, or sometimes. ``pass_at_k``
+    (``{"1": ..., "2": ...}``, see ``envs.results.pass_at_k_summary``) adds a pass@k line.
     """
     from rich.table import Table
     from rich.text import Text
@@ -189,6 +191,11 @@ def print_results_table(
             more = " ..." if len(results.reward[r::rollouts_per_example]) > 8 else ""
             lines.append(f"r{r + 1}: [{', '.join(shown)}{more}]")
         out.print(Text("rewards by rollout (per example):\n" + "\n".join(lines), style="dim"))
+    if pass_at_k:
+        shown = ", ".join(
+            f"pass@{k}={v:.3f}" for k, v in sorted(pass_at_k.items(), key=lambda kv: int(kv[0]))
+        )
+        out.print(Text(f"pass@k (per example, unbiased): {shown}", style="bold"))
 
     if not n:
         return

@@ -1,0 +1,12 @@
+"""Environments wrapping third-party packages (0.1.10+'s ``verifiers.envs.integrations``).
+
+Each module imports without its package; constructing the class without it raises
+``MissingPackageError`` naming what to ``pip install``. ``OpenEnvEnv`` needs an outside
+server and is refused in one line.
+"""
+
+from verifiers.envs.integrations.openenv_env import OpenEnvEnv
+from verifiers.envs.integrations.reasoninggym_env import ReasoningGymEnv
+from verifiers.envs.integrations.textarena_env import TextArenaEnv
+
+__all__ = ["OpenEnvEnv", "ReasoningGymEnv", "TextArenaEnv"]
