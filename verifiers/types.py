@@ -342,3 +342,118 @@ class ToolMessage(_MessageDict):
 
     ROLE = "tool"
     REQUIRED = ("tool_call_id", "content")
+
+
+# -- 0.1.12's provider-agnostic tool definitions ----------------------------------------
+
+
+class Tool(dict):
+    """One tool the model may call, as 0.1.12's ``vf.Tool`` describes it: ``name``,
+    ``description``, ``parameters`` (a JSON schema) and optional ``strict``.
+
+    A dict whose keys also read as attributes (``tool.name``), so it passes through JSON and
+    datasets unchanged. ``to_oai()`` gives the OpenAI ``tools`` entry the server is sent
+    (``strict`` only when set, as upstream sends it).
+    """
+
+    def __init__(self, *args: Any, **fields: Any):
+        super().__init__(*args, **fields)
+        self.setdefault("description", "")
+        self.setdefault("parameters", {"type": "object", "properties": {}})
+        name, params = self.get("name"), self.get("parameters")
+        if not isinstance(name, str) or not name:
+            from verifiers.errors import ConfigError
+
+            raise ConfigError(
+                f"a tool definition needs a non-empty string 'name', got {name!r}",
+                hint="write {'name': ..., 'description': ..., 'parameters': {...}}",
+            )
+        if params is None:
+            self["parameters"] = {"type": "object", "properties": {}}
+        elif not isinstance(params, dict):
+            from verifiers.errors import ConfigError
+
+            raise ConfigError(
+                f"tool {name!r}: 'parameters' must be a JSON-schema dict, got {type(params).__name__}",
+                hint="e.g. {'type': 'object', 'properties': {...}, 'required': [...]}",
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self:
+            return self[name]
+        if name == "strict":
+            return None
+        raise AttributeError(f"Tool has no field {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    @classmethod
+    def from_oai(cls, schema: dict) -> Tool:
+        """The record of an OpenAI ``{"type": "function", "function": {...}}`` tool schema."""
+        fn = dict(schema.get("function") or {})
+        fields = {
+            "name": fn.get("name", ""),
+            "description": fn.get("description") or "",
+            "parameters": fn.get("parameters") or {},
+        }
+        if fn.get("strict") is not None:
+            fields["strict"] = fn["strict"]
+        return cls(fields)
+
+    @classmethod
+    def model_validate(cls, value: Any) -> Tool:
+        """A ``Tool`` from a ``Tool`` or a dict (upstream's pydantic name)."""
+        return value if isinstance(value, cls) else cls(dict(value))
+
+    def to_oai(self) -> dict[str, Any]:
+        """The OpenAI tool schema of this record."""
+        fn: dict[str, Any] = {
+            "name": self["name"],
+            "description": self.get("description") or "",
+            "parameters": self.get("parameters") or {},
+        }
+        if self.get("strict") is not None:
+            fn["strict"] = self["strict"]
+        return {"type": "function", "function": fn}
+
+    def model_dump(self, exclude_none: bool = False, **_: Any) -> dict[str, Any]:
+        """A plain dict of the record (upstream's pydantic name)."""
+        return {k: v for k, v in self.items() if not (exclude_none and v is None)}
+
+
+def normalize_tool_defs(defs: Any, where: str = "tool_defs") -> list[Tool] | None:
+    """``defs`` as ``Tool`` records: ``Tool`` objects, ``{name, description, parameters,
+    strict?}`` dicts (0.1.12), or OpenAI ``{"type": "function", "function": {...}}`` schemas
+    (the 0.1.4-0.1.10 form, which 0.1.12 refuses and this package still reads); a JSON string of
+    such a list too (a dataset column). None stays None. ``where`` names the setting in errors."""
+    if defs is None:
+        return None
+    if isinstance(defs, str):
+        import json
+
+        defs = json.loads(defs) if defs.strip() else []
+    if isinstance(defs, dict) or not isinstance(defs, (list, tuple)):
+        from verifiers.errors import ConfigError
+
+        raise ConfigError(
+            f"{where} must be a list of tool definitions, got {type(defs).__name__}",
+            hint="write [{'name': ..., 'description': ..., 'parameters': {...}}, ...]",
+        )
+    out: list[Tool] = []
+    for item in defs:
+        if isinstance(item, Tool):
+            out.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("function"), dict):
+            out.append(Tool.from_oai(item))
+        elif isinstance(item, dict):
+            # A datasets column fills keys a row lacks with None: drop those.
+            out.append(Tool({k: v for k, v in item.items() if v is not None or k == "parameters"}))
+        else:
+            from verifiers.errors import ConfigError
+
+            raise ConfigError(
+                f"{where}: each entry must be a vf.Tool or a dict, got {type(item).__name__}",
+                hint="write {'name': ..., 'description': ..., 'parameters': {...}}",
+            )
+    return out

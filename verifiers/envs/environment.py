@@ -56,7 +56,9 @@ from verifiers.types import (
     RolloutScore,
     SamplingArgs,
     State,
+    Tool,
     as_message,
+    normalize_tool_defs,
 )
 from verifiers.utils.async_utils import DaemonThreadPool, resolve, run_sync
 from verifiers.utils.logging import warn_once
@@ -112,6 +114,61 @@ def _register_teardown_at_exit(env: Environment) -> None:
     atexit.register(at_exit)
 
 
+# Upstream methods this package has no counterpart for: an override would never be called.
+_UNRUN_OVERRIDES = {
+    "run_rollout": "0.1.8's per-rollout wrapper; override rollout() or setup_state() instead",
+    "run_group": "0.1.8's per-group wrapper; score groups with group reward functions "
+    "(plural parameters) or Rubric.score_group instead",
+}
+
+
+def _refuse_unrun_overrides(cls: type) -> None:
+    """Refuse a class that defines a method this package would never call (see ``_UNRUN_OVERRIDES``)."""
+    for name, instead in _UNRUN_OVERRIDES.items():
+        owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+        if owner is not None and not owner.__module__.startswith("verifiers."):
+            raise ConfigError(
+                f"{owner.__name__}.{name}() would never be called: this package's rollout loop has no {name}",
+                hint=f"remove the override ({instead})",
+            )
+
+
+class _ToolDefsView(list):
+    """``env.tool_defs`` as a list whose changes are written back to ``env.oai_tools``."""
+
+    def __init__(self, env: Any, items: list[Tool]):
+        super().__init__(items)
+        self._env = env
+
+    def _sync(self) -> None:
+        self._env.oai_tools = [t.to_oai() for t in normalize_tool_defs(list(self)) or []]
+
+    def _wrap(name: str) -> Any:  # noqa: N805 (builds the methods below)
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = getattr(list, name)(self, *args, **kwargs)
+            self._sync()
+            return self if name == "__iadd__" else out
+
+        method.__name__ = name
+        return method
+
+    for _name in (
+        "append",
+        "extend",
+        "insert",
+        "remove",
+        "pop",
+        "clear",
+        "sort",
+        "reverse",
+        "__setitem__",
+        "__delitem__",
+        "__iadd__",
+    ):
+        locals()[_name] = _wrap(_name)
+    del _name, _wrap
+
+
 class Environment(ABC):
     """Base class of every environment (see the 0.1.x API in the docs)."""
 
@@ -127,9 +184,19 @@ class Environment(ABC):
         message_type: MessageType = "chat",
         oai_tools: list[dict] | None = None,
         max_workers: int = 512,
+        tool_defs: list[Any] | None = None,
         **kwargs: Any,
     ):
         self.logger = logging.getLogger(f"verifiers.envs.{type(self).__name__}")
+        _refuse_unrun_overrides(type(self))
+        if tool_defs is not None:
+            # 0.1.12's provider-agnostic tools; the server is sent their OpenAI form.
+            if oai_tools is not None:
+                raise ConfigError(
+                    "both oai_tools= and tool_defs= were given",
+                    hint="pass one of them (tool_defs= is 0.1.12's name)",
+                )
+            oai_tools = [t.to_oai() for t in normalize_tool_defs(tool_defs) or []]
         if message_type not in ("chat", "completion"):
             raise ConfigError(f"message_type must be 'chat' or 'completion', got {message_type!r}")
         if message_type == "completion" and oai_tools:
@@ -381,11 +448,33 @@ class Environment(ABC):
         )
 
     def tools_for(self, info: Info) -> list[dict] | None:
-        """The tool schemas for one example: ``info["oai_tools"]`` (list or JSON string) overrides the env's."""
+        """The OpenAI tool schemas for one example. ``info["tool_defs"]`` (0.1.12: ``vf.Tool``
+        records, a list or its JSON) replaces the env's when given, an empty list meaning no
+        tools, as 0.1.12 reads it (None, what a dataset column holds for rows without the key,
+        is not given: 0.1.12 would send no tools); else a non-empty ``info["oai_tools"]`` (0.1.4-0.1.10)
+        does; else the env's own."""
+        if info and info.get("tool_defs") is not None:
+            defs = normalize_tool_defs(info["tool_defs"], where="info['tool_defs']") or []
+            return [t.to_oai() for t in defs] or None
         tools = info.get("oai_tools") if info else None
         if isinstance(tools, str):
             tools = json.loads(tools)
         return tools if tools else self.oai_tools
+
+    @property
+    def tool_defs(self) -> list[Tool] | None:
+        """The env's tools as 0.1.12's ``vf.Tool`` records (None without tools), built from
+        ``oai_tools``, the list the server is sent. A live list: ``append``/``remove``/... and
+        assignment change ``oai_tools`` too, so upstream code that edits ``self.tool_defs`` is
+        never ignored."""
+        if self.__dict__.get("oai_tools") is None:
+            return None
+        return _ToolDefsView(self, [Tool.from_oai(t) for t in self.oai_tools])
+
+    @tool_defs.setter
+    def tool_defs(self, defs: list[Any] | None) -> None:
+        tools = normalize_tool_defs(defs)
+        self.oai_tools = None if tools is None else [t.to_oai() for t in tools]
 
     # -- one rollout -------------------------------------------------------------
     async def init_state(

@@ -15,6 +15,7 @@ stops the other rollouts.
 
 from __future__ import annotations
 
+import json
 import time
 from abc import abstractmethod
 from typing import Any
@@ -26,7 +27,16 @@ from verifiers.envs.model_client import extract_turn_tokens, response_message
 from verifiers.errors import PromptTooLongError
 from verifiers.failures import FailureKind, format_error, model_call_kind, record_failure
 from verifiers.rubrics.rubric import Rubric
-from verifiers.types import ChatMessage, Info, Messages, SamplingArgs, State, as_message
+from verifiers.types import (
+    ChatMessage,
+    Info,
+    Messages,
+    SamplingArgs,
+    State,
+    Tool,
+    as_message,
+    normalize_tool_defs,
+)
 from verifiers.utils.async_utils import resolve
 from verifiers.utils.logging import warn_once
 
@@ -63,6 +73,8 @@ class MultiTurnEnv(Environment):
     def __init__(self, max_turns: int = -1, **kwargs: Any):
         self.max_turns = max_turns
         super().__init__(**kwargs)
+        if any(self._overrides(name) for name in _PROMPT_HOOKS):
+            self.later_api = True  # these hooks are 0.1.8+ API: the module is in that form
         if self.later_api:
             # 0.1.8+ tracks the number of model turns of every rollout (weight 0).
             self.add_rubric(MultiTurnMonitorRubric(parser=self.parser))
@@ -70,6 +82,44 @@ class MultiTurnEnv(Environment):
     async def setup_state(self, state: State, **kwargs: Any) -> State:
         """Prepare per-rollout state before the first model call (an override may be sync; may return None)."""
         return state
+
+    def _overrides(self, name: str) -> bool:
+        """True if the env's class replaces MultiTurnEnv's ``name``."""
+        return getattr(type(self), name, None) is not getattr(MultiTurnEnv, name, None)
+
+    async def get_prompt_messages(self, state: State) -> Messages:
+        """The messages sent for the next model call (0.1.8+). An override makes the rollout's
+        history its own (non-linear: e.g. a summary instead of the full history); the loop then
+        sends exactly what it returns, and does not call ``env_response`` itself (this base
+        version, for ``super()`` calls, does). The default: the prompt first, then the last
+        step's prompt + completion + ``env_response`` to them."""
+        steps = state["trajectory"]
+        if not steps:
+            return state["prompt"]
+        messages = _concat(steps[-1]["prompt"], steps[-1]["completion"])
+        result = await resolve(self.env_response(messages, state))
+        env_messages, new_state = split_env_response(result)
+        if new_state is not None and new_state is not state:
+            state.update(new_state)  # 0.1.4's (messages, state) pair with a new dict
+        return _concat(messages, env_messages)
+
+    async def render_completion(self, state: State) -> None:
+        """Set ``state["completion"]`` at the end of the rollout (0.1.10+). Called when the env
+        overrides it or ``get_prompt_messages``; the default: the last step's prompt +
+        completion (+ ``final_env_response``) after the rollout's prompt."""
+        steps = state["trajectory"]
+        if not steps:
+            state["completion"] = [] if isinstance(state["prompt"], list) else ""
+            return
+        conversation = _concat(steps[-1]["prompt"], steps[-1]["completion"])
+        if state.get("final_env_response"):
+            conversation = _concat(conversation, state["final_env_response"])
+        state["completion"] = conversation[len(state["prompt"]) :]
+
+    async def add_trajectory_step(self, state: State, trajectory_step: dict[str, Any]) -> None:
+        """Record one model call in ``state["trajectory"]`` (0.1.10+). An override may set the
+        step's ``reward``/``advantage`` (scoring fills only steps that have none) or ``extras``."""
+        state["trajectory"].append(trajectory_step)
 
     async def max_turns_reached(self, state: State) -> bool:
         """True once the rollout has had ``max_turns`` model turns (never when ``max_turns <= 0``)."""
@@ -182,8 +232,12 @@ class MultiTurnEnv(Environment):
             "max_total_tokens", None
         )  # vf-eval's cap on prompt + completion, not sent either
         per_turn = args.get("max_tokens")
-        # Active tools (0.1.8+): this rollout's own list, which setup_state may change.
+        # Active tools (0.1.8+): this rollout's own list, which setup_state may change, as
+        # state["oai_tools"] (0.1.5-0.1.10) or state["tool_defs"] (0.1.12); see _sync_tools.
         state["oai_tools"] = self.tools_for(state["info"]) if chat else None
+        tools_seen = _sync_tools(state, None)
+        # get_prompt_messages overridden (0.1.8+): it decides each call's messages itself.
+        own_prompts = self._overrides("get_prompt_messages")
         # An is_completed override (0.1.4 style) is asked first; stop conditions are checked too.
         own_is_completed = type(self).is_completed is not MultiTurnEnv.is_completed
         # Working copy of the conversation; the state's prompt stays as given.
@@ -232,6 +286,21 @@ class MultiTurnEnv(Environment):
                 except Exception as err:
                     self._fail(state, FailureKind.IS_COMPLETED, err)
                     break
+            if own_prompts:
+                try:
+                    prompt_messages = await resolve(self.get_prompt_messages(state))
+                except Exception as err:
+                    self._fail(state, FailureKind.ENV_RESPONSE, err)
+                    break
+                if state.get("final_env_response") is not None:
+                    # 0.1.10+: the environment ended the rollout (render_completion adds the messages).
+                    state["stop_condition"] = "has_final_env_response"
+                    break
+                messages = clean_prompt(prompt_messages)
+                if chat:
+                    messages = [as_message(m) for m in messages]
+            if chat:
+                tools_seen = _sync_tools(state, tools_seen)
             sent = list(messages) if chat else messages
             try:
                 response = await self.get_model_response(
@@ -261,7 +330,12 @@ class MultiTurnEnv(Environment):
             state["turn"] += 1
             add(reply)
             truncated = tokens.finish_reason == "length"
-            state["trajectory"].append(trajectory_step(sent, reply, response, tokens, truncated, state))
+            step = trajectory_step(sent, reply, response, tokens, truncated, state)
+            try:
+                await resolve(self.add_trajectory_step(state, step))
+            except Exception as err:
+                self._fail(state, FailureKind.ENV_RESPONSE, err)
+                break
             if truncated:
                 state["is_truncated"] = True
                 break
@@ -296,6 +370,8 @@ class MultiTurnEnv(Environment):
             if self.max_turns > 0 and state["turn"] >= self.max_turns:
                 state["stop_condition"] = "max_turns_reached"
                 break
+            if own_prompts:
+                continue  # the next get_prompt_messages call builds the environment's reply
             try:
                 result = await resolve(self.env_response(messages, state, **kwargs))
             except Exception as err:
@@ -310,6 +386,13 @@ class MultiTurnEnv(Environment):
                 state["stop_condition"] = "has_final_env_response"
                 break
             add(env_messages)
+        if own_prompts or self._overrides("render_completion"):
+            try:
+                await resolve(self.render_completion(state))
+            except Exception as err:
+                self._fail(state, FailureKind.ENV_RESPONSE, err)
+            else:
+                completion = state["completion"]
         return completion, state
 
     @staticmethod
@@ -317,6 +400,45 @@ class MultiTurnEnv(Environment):
         state["completion"] = completion
         state.setdefault("timing", {})["generation_ms"] = (time.perf_counter() - start) * 1000
         return completion, state
+
+
+# 0.1.8+ hooks of the turn loop that a module may override (see MultiTurnEnv).
+_PROMPT_HOOKS = ("get_prompt_messages", "render_completion", "add_trajectory_step")
+
+
+def _concat(first: Messages, second: Any) -> Messages:
+    """``first`` followed by ``second`` (messages, one message, or text), as a new value."""
+    if isinstance(first, str):
+        if isinstance(second, str):
+            return first + second
+        return first + "".join(
+            str(m.get("content", "")) for m in ([second] if isinstance(second, dict) else second or [])
+        )
+    items = (
+        [second]
+        if isinstance(second, dict)
+        else ([{"role": "user", "content": second}] if isinstance(second, str) else list(second or []))
+    )
+    return [as_message(m) for m in list(first) + items]
+
+
+def _tools_key(tools: Any) -> str:
+    return json.dumps(tools, sort_keys=True, default=str)
+
+
+def _sync_tools(state: State, seen: tuple[str, str] | None) -> tuple[str, str]:
+    """Keep ``state["oai_tools"]`` (sent to the server) and ``state["tool_defs"]`` (0.1.12's
+    ``vf.Tool`` records of the same tools) one list: whichever changed since ``seen`` (the keys
+    of both at the last call; None at the start, when ``oai_tools`` is the source) wins, so a
+    ``setup_state`` or hook that changes either changes what the model is offered.
+    Returns the new ``seen``."""
+    oai, defs = state.get("oai_tools"), state.get("tool_defs")
+    if seen is None or _tools_key(oai) != seen[0]:
+        state["tool_defs"] = [Tool.from_oai(t) for t in oai or []]
+    elif _tools_key(defs) != seen[1]:
+        tools = normalize_tool_defs(defs, where="state['tool_defs']") or []
+        state["oai_tools"] = [t.to_oai() for t in tools] or None
+    return _tools_key(state.get("oai_tools")), _tools_key(state.get("tool_defs"))
 
 
 def split_env_response(result: Any) -> tuple[Messages, State | None]:

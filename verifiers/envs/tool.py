@@ -29,7 +29,7 @@ from typing import Any
 
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.errors import ConfigError, ToolCallError, ToolParseError
-from verifiers.types import ChatMessage, Messages, State
+from verifiers.types import ChatMessage, Messages, State, Tool
 from verifiers.utils.async_utils import call_maybe_async
 from verifiers.utils.logging import warn_once
 from verifiers.utils.tool_utils import format_tool_result, function_to_tool_schema, tool_name
@@ -64,6 +64,14 @@ class ToolEnv(MultiTurnEnv):
     ):
         if kwargs.get("message_type", "chat") != "chat":
             raise ConfigError("ToolEnv needs message_type='chat' (tool calls are chat messages)")
+        if "tool_defs" in kwargs or "oai_tools" in kwargs:
+            # As 0.1.12: ToolEnv makes its schemas from tools= (upstream fails with a TypeError).
+            key = "tool_defs" if "tool_defs" in kwargs else "oai_tools"
+            raise ConfigError(
+                f"{type(self).__name__} makes its tool schemas from tools=; {key}= is not accepted",
+                hint="pass the functions as tools=[...], or use a MultiTurnEnv with tool_defs= "
+                "and answer the tool calls in env_response",
+            )
         self.tools: list[Callable[..., Any]] = []
         self.tool_map: dict[str, Callable[..., Any]] = {}
         self.error_formatter = error_formatter
@@ -123,18 +131,6 @@ class ToolEnv(MultiTurnEnv):
                 if spec_name == f"{name}_calls":
                     del monitor._specs[i], monitor.reward_funcs[i], monitor.reward_weights[i]
                     break
-
-    @property
-    def tool_defs(self) -> list[ToolDef]:
-        """The tool schemas the model sees (0.1.12's name), as ``ToolDef`` records; built from
-        ``oai_tools``, so hidden arguments (``args_to_skip``) are absent here too."""
-        return [ToolDef.from_oai(t) for t in (self.oai_tools or [])]
-
-    @tool_defs.setter
-    def tool_defs(self, defs: list[dict] | None) -> None:
-        # Upstream code assigns tool_defs ({name, description, parameters} records); the model
-        # is sent oai_tools, so keep the two one list.
-        self.oai_tools = [ToolDef(d).to_oai() if "function" not in d else dict(d) for d in (defs or [])]
 
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         # Done after an assistant turn without tool calls (as 0.1.4): not before the first model
@@ -245,33 +241,8 @@ class ToolEnv(MultiTurnEnv):
         )
 
 
-class ToolDef(dict):
-    """One tool as 0.1.12's ``tool_defs`` lists it: ``{"name", "description", "parameters"}``
-    (a dict whose keys also read as attributes: ``tool_def.name``)."""
-
-    @classmethod
-    def from_oai(cls, schema: dict) -> ToolDef:
-        fn = schema.get("function") or {}
-        return cls(
-            name=fn.get("name", ""),
-            description=fn.get("description", ""),
-            parameters=fn.get("parameters") or {},
-        )
-
-    def to_oai(self) -> dict:
-        """The OpenAI tool schema of this record."""
-        fn = {
-            "name": self.get("name", ""),
-            "description": self.get("description") or "",
-            "parameters": self.get("parameters") or {},
-        }
-        return {"type": "function", "function": fn}
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"ToolDef has no field {name!r}") from None
+# 0.1.5-0.1.10 code names the record type ToolDef; 0.1.12 names it vf.Tool.
+ToolDef = Tool
 
 
 def _tool_message(content: str, tool_call_id: str) -> ChatMessage:
