@@ -3,6 +3,10 @@
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 tests/drivers/dist_train.py ...
     accelerate launch --config_file configs/zero3-cpu.yaml tests/drivers/dist_train.py ...
     python tests/drivers/dist_train.py ...            # one process
+    ACCELERATE_USE_CPU=1 python -m torch.distributed.run --nproc_per_node 2 tests/drivers/dist_train.py ...
+
+``tests/training/lifecycle/test_exit_status.py`` launches it under both launchers and checks exit
+statuses; ``--crash-rank R`` raises ``RuntimeError`` on rank R as step ``--crash-step`` begins.
 
 Rollouts come from a real vf-vllm server (``--server URL``) or from the test's fake
 OpenAI server (``--fake URL``: deterministic replies per (prompt, seed), so two runs
@@ -75,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mask-truncated", action="store_true", help="mask_truncated_completions=True")
     p.add_argument("--check-logprobs", action="store_true")
     p.add_argument("--ref-sync-alpha", type=float, help="sync_ref_model after every step with this alpha")
+    p.add_argument("--crash-rank", type=int, help="raise RuntimeError on this rank when --crash-step begins")
+    p.add_argument("--crash-step", type=int, default=2)
     p.add_argument(
         "--model-first", action="store_true",
         help="load the model before GRPOConfig, as the guides' Quick Start does (not under zero.Init)",
@@ -235,6 +241,16 @@ def main(argv: list[str] | None = None) -> None:
             gap = max(abs(x - y) for x, y in zip(lp[0].tolist(), server_lp, strict=True))
             RECORD["logprob_gaps"].append(gap)
 
+    class Crash(TrainerCallback):
+        """An injected failure: ``RuntimeError`` on one rank as a step begins."""
+
+        def __init__(self, rank: int, crash_rank: int, crash_step: int):
+            self.rank, self.crash_rank, self.crash_step = rank, crash_rank, crash_step
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.rank == self.crash_rank and state.global_step + 1 == self.crash_step:
+                raise RuntimeError(f"injected failure on rank {self.rank} at step {self.crash_step}")
+
     port = urlparse(url).port
     if a.model_first:
         model, tokenizer = vf.get_model_and_tokenizer(a.model)
@@ -289,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if a.check_logprobs:
         trainer.add_callback(LogprobCheck(trainer))
+    if a.crash_rank is not None:
+        trainer.add_callback(Crash(rank, a.crash_rank, a.crash_step))
     trainer.train()
 
     params = list(trainer.model.parameters())

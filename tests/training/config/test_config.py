@@ -274,3 +274,45 @@ def test_lora_defaults():
     assert cfg.task_type == peft.TaskType.CAUSAL_LM
     cfg = lora_defaults(r=16, alpha=32, dropout=0.05, target_modules=["q_proj"])
     assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, set(cfg.target_modules)) == (16, 32, 0.05, {"q_proj"})
+
+
+@pytest.mark.parametrize(
+    "env, fields, want",
+    [
+        ({"WORLD_SIZE": "2"}, {}, "ddp-on-cpu"),  # torchrun on a CPU machine: one DDP run over gloo
+        ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true"}, {}, "gloo-only"),  # ZeRO-3 via accelerate
+        ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, {}, "FSDP needs CUDA devices"),
+        (
+            {"WORLD_SIZE": "2"},
+            {"deepspeed": {"zero_optimization": {"stage": 3}}},
+            "needs accelerate's launcher",
+        ),
+        ({"WORLD_SIZE": "1"}, {}, "untouched"),
+    ],
+)
+def test_several_processes_without_cuda(monkeypatch, env, fields, want):
+    # Each multi-process launch on a CPU machine either trains as one run or stops in one line
+    # (issue 26: torchrun on CPU died with a TypeError on one rank, FSDP ran as separate runs).
+    from types import SimpleNamespace
+
+    import torch
+
+    from verifiers.errors import ConfigError
+    from verifiers.training.config.collective import cpu_distributed_backend
+
+    for name in ("WORLD_SIZE", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_CPU"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = SimpleNamespace(**{"use_cpu": False, "ddp_backend": None, "fsdp": "", "deepspeed": None, **fields})
+    if want not in ("ddp-on-cpu", "gloo-only", "untouched"):
+        with pytest.raises(ConfigError, match=want):
+            cpu_distributed_backend(args)
+        return
+    cpu_distributed_backend(args)
+    assert (args.use_cpu, args.ddp_backend) == {
+        "ddp-on-cpu": (True, "gloo"),
+        "gloo-only": (False, "gloo"),
+        "untouched": (False, None),
+    }[want]

@@ -30,7 +30,8 @@ def collective_timeout(args: Any) -> int:
 
 
 def cpu_distributed_backend(args: Any) -> None:
-    """Several processes on a machine without CUDA (``accelerate launch``): use gloo.
+    """Several processes on a machine without CUDA (``accelerate launch`` or ``torchrun``): gloo, as DDP
+    on CPU (``use_cpu``) unless DeepSpeed is launched; FSDP refused (accelerate runs it on CUDA only).
 
     DeepSpeed does not pick it by itself (it then fails a ``train_batch_size``
     assertion), and ``use_cpu`` / ``ACCELERATE_USE_CPU=1`` make accelerate skip
@@ -50,6 +51,27 @@ def cpu_distributed_backend(args: Any) -> None:
             "(gloo is then chosen automatically), e.g. accelerate launch --config_file "
             "configs/zero3-cpu.yaml train.py",
         )
-    if args.ddp_backend is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        if not torch.cuda.is_available():
-            args.ddp_backend = "gloo"
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.cuda.is_available():
+        return
+    deepspeed = flag("ACCELERATE_USE_DEEPSPEED")
+    if flag("ACCELERATE_USE_FSDP") or args.fsdp:
+        # accelerate runs FSDP only over CUDA devices: on CPU the ranks would not form one run.
+        raise ConfigError(
+            "FSDP needs CUDA devices: this machine has none",
+            hint="on CPU train with DDP (ACCELERATE_USE_CPU=1 torchrun ..., or accelerate launch --multi_gpu "
+            "with ACCELERATE_USE_CPU=1) or ZeRO-3 (accelerate launch --config_file configs/zero3-cpu.yaml)",
+        )
+    if args.deepspeed and not deepspeed:
+        # Without accelerate's launcher variables, accelerate counts one process on a CPU machine and
+        # DeepSpeed then fails on train_batch_size.
+        raise ConfigError(
+            f"deepspeed={args.deepspeed!r} with several processes on a CPU-only machine needs accelerate's launcher",
+            hint="accelerate launch --config_file configs/zero3-cpu.yaml train.py",
+        )
+    if not deepspeed:
+        # Several processes without CUDA (torchrun, or accelerate launch without --cpu): the ranks
+        # train as one DDP run on CPU, as ACCELERATE_USE_CPU=1 would ask; without it accelerate takes
+        # each process for a run of its own.
+        args.use_cpu = True
+    if args.ddp_backend is None:
+        args.ddp_backend = "gloo"

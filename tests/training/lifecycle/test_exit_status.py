@@ -1,0 +1,174 @@
+"""Exit statuses of launched runs (issue 26): a finished run of any layout exits 0; a failed run
+exits non-zero with its one-line cause.
+
+Each case launches ``tests/drivers/dist_train.py`` (tiny model, 2 steps, the fake OpenAI server)
+on CPU over gloo and checks the launcher's exit status and what every rank printed:
+
+================  ===================================  =========================================
+layout            ``accelerate launch``                ``torchrun`` (``python -m torch.distributed.run``)
+================  ===================================  =========================================
+one process       ``--num_processes 1``                ``--nproc_per_node 1``
+DDP, 2            ``--multi_gpu`` + ACCELERATE_USE_CPU ``--nproc_per_node 2``
+ZeRO-3, 2         ``configs/zero3-cpu.yaml``           accelerate's DeepSpeed variables (below)
+FSDP, 2           skipped: no FSDP without GPUs        skipped: the same
+================  ===================================  =========================================
+
+Why each launch looks the way it does on a machine without CUDA (read from accelerate 1.15's
+``state.py`` and transformers 5's ``TrainingArguments._setup_devices``):
+
+- DDP under plain torchrun: without ``ACCELERATE_USE_CPU`` accelerate would find no accelerator
+  and record the run as ``DistributedType.NO`` although the gloo group is up (no DDP wrapper, and
+  the first broadcast returned ``None`` on rank 1, a ``TypeError``), so ``GRPOConfig`` sets
+  ``use_cpu`` itself when several processes start without CUDA or DeepSpeed
+  (``config/collective.py``); an FSDP launch or ``GRPOConfig(deepspeed=...)`` there stops in one line.
+- ZeRO-3 under torchrun takes the variables ``accelerate launch`` exports for
+  ``configs/zero3-cpu.yaml`` (``ACCELERATE_USE_DEEPSPEED`` and friends). ``GRPOConfig(deepspeed=
+  "ds.json")`` does not work there: transformers' DeepSpeed branch hands accelerate no backend,
+  and with no accelerator and no backend accelerate counts one process, so DeepSpeed fails
+  its ``train_batch_size`` assertion (4 != 4 * 1 * 2).
+- FSDP: accelerate selects ``DistributedType.FSDP`` only on top of an accelerator's
+  multi-device type (MULTI_GPU, MULTI_NPU, ...), never MULTI_CPU; an FSDP config on CPU ends
+  as ``DistributedType.NO`` with the ``TypeError`` above (``use_cpu``: plain DDP, FSDP ignored).
+
+vf-rl's exit statuses are covered elsewhere: a finished vf-rl run (server + trainer) exits 0 in
+``tests/cli/test_cli_real_runs.py::test_vf_rl_plain_cpu_config_starts_its_server_and_trains``
+and ``tests/cli/rl/test_rl_supervision.py::test_vf_rl_run_survives_its_server_killed_mid_run``;
+a failed trainer gives vf-rl its status and one ``error: training failed with exit status N``
+line in ``tests/cli/rl/test_rl_launcher.py::test_launcher_exit_status_follows_a_failed_trainer``;
+a bad config exits 2 with one line and no traceback in
+``tests/cli/rl/test_rl_cli.py::test_vf_rl_subprocess_error_has_no_traceback``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+from tests.vllm_server import free_port  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "tests" / "drivers" / "dist_train.py"
+STEPS = 2
+LIMIT_S = 300  # one launch on a busy 2-core machine (a ZeRO-3 one takes ~35 s)
+
+# What `accelerate launch --config_file configs/zero3-cpu.yaml` exports to its workers.
+ZERO3_ENV = {
+    "ACCELERATE_USE_DEEPSPEED": "true",
+    "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+    "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
+    "ACCELERATE_MIXED_PRECISION": "no",
+}
+FSDP_ON_CPU = (
+    "FSDP needs GPUs: accelerate sets DistributedType.FSDP only over an accelerator's multi-device "
+    "type, never MULTI_CPU (accelerate/state.py); on CPU an FSDP config runs as DistributedType.NO "
+    "(rank 1's first broadcast gets None) or, with use_cpu, as plain DDP"
+)
+
+
+@pytest.fixture(scope="module")
+def fake_url():
+    """Rollouts from the fake OpenAI server, as ``tests/training/test_distributed.py`` serves them."""
+    from tests import fakeserver
+    from tests.drivers.dist_train import fake_reply
+
+    with pytest.MonkeyPatch.context() as mp:
+        # A uniform policy's log-probs over the tiny model's vocabulary: importance weights near 1.
+        mp.setattr(fakeserver, "logprob_of", lambda token_id: -math.log(49152))
+        with fakeserver.fake_server(reply=fake_reply) as server:
+            yield server.url
+
+
+def command(layout: str, launcher: str) -> tuple[list[str], dict[str, str], int]:
+    """(argv before the script's arguments, extra environment, process count) of one launch."""
+    env: dict[str, str] = {}
+    world = 1 if layout == "single" else 2
+    if layout == "zero3":
+        pytest.importorskip("deepspeed")
+    if launcher == "accelerate":
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+        if layout == "zero3":
+            cmd += ["--config_file", str(ROOT / "configs" / "zero3-cpu.yaml")]  # no ACCELERATE_USE_CPU
+        else:
+            multi = ["--multi_gpu"] if world > 1 else []
+            cmd += [*multi, "--num_processes", str(world), "--num_machines", "1", "--mixed_precision", "no",
+                    "--dynamo_backend", "no"]  # fmt: skip
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+               "--master_port", str(free_port())]  # fmt: skip
+        if layout == "zero3":
+            env.update(ZERO3_ENV)
+    if layout == "ddp" and launcher == "accelerate":
+        env["ACCELERATE_USE_CPU"] = "1"  # torchrun needs none: GRPOConfig asks for DDP on CPU itself
+    return [*cmd, str(SCRIPT)], env, world
+
+
+def launch(layout: str, launcher: str, model: Path, url: str, out: Path, *args: str) -> tuple[int, str, int]:
+    """Run ``dist_train.py``; (exit status, output, process count). Prints the time it took."""
+    cmd, extra, world = command(layout, launcher)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
+    for name in ("ACCELERATE_USE_CPU", *ZERO3_ENV):
+        if name not in extra:
+            env.pop(name, None)
+    # On a timeout the launcher gets SIGTERM and SIGKILLs its workers 5 s later.
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "5"
+    cmd += ["--fake", url, "--model", str(model), "--out", str(out), "--steps", str(STEPS), *args]
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        text, _ = proc.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            text, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        pytest.fail(f"{layout} under {launcher} did not end within {LIMIT_S} s:\n{(text or '')[-4000:]}")
+    print(f"{layout} under {launcher}: exit {proc.returncode} after {time.monotonic() - start:.1f} s")
+    return proc.returncode, text, world
+
+
+LAUNCHERS = ("accelerate", "torchrun")
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("layout", ["single", "ddp", "zero3", "fsdp"])
+def test_a_finished_run_exits_0(layout, launcher, tiny_model_dir, fake_url, tmp_path):
+    if layout == "fsdp":
+        pytest.skip(FSDP_ON_CPU)
+    rc, text, world = launch(layout, launcher, tiny_model_dir, fake_url, tmp_path)
+    assert rc == 0, f"{layout} under {launcher}: exit {rc}\n{text[-6000:]}"
+    for r in range(world):
+        assert f"dist_train rank {r}/{world}: done, {STEPS} steps" in text, text[-3000:]
+        rec = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert (rec["world_size"], rec["global_step"], rec["zero3"]) == (world, STEPS, layout == "zero3")
+        if layout == "zero3":  # really sharded, not a silent fallback to one whole copy per rank
+            assert rec["local_numel"] < rec["model_numel"], rec
+    assert "terminate called" not in text and "Exception ignored" not in text, text[-3000:]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_failed_run_exits_non_zero_with_its_cause(launcher, tiny_model_dir, fake_url, tmp_path):
+    # An exception on rank 1 as step 2 begins: the launcher stops rank 0 and exits non-zero, and
+    # the output names the cause in one line.
+    rc, text, _ = launch("ddp", launcher, tiny_model_dir, fake_url, tmp_path, "--crash-rank", "1")
+    assert rc != 0, text[-3000:]
+    cause = r"^(\[rank1\]: )?RuntimeError: injected failure on rank 1 at step 2$"
+    assert re.search(cause, text, re.M), text[-4000:]
+    assert "dist_train rank 1/2: done" not in text
