@@ -258,22 +258,12 @@ def _accepts(func: Any, name: str, forwards_to: Any = None) -> bool:
     return var_kw and forwards_to is not None and _accepts(forwards_to, name)
 
 
-def _evaluate(
-    env: Any, client: Any, model: str, base_url: str, args: argparse.Namespace, sampling: dict
-) -> Any:
-    """Run ``env.evaluate`` under a progress bar (when the environment reports progress)."""
-    import asyncio
-
+def _rollout_progress() -> Any:
+    """The rollouts bar on stderr (stdout keeps the results table)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    kwargs: dict[str, Any] = {
-        "sampling_args": sampling or None,
-        "num_examples": args.num_examples,
-        "rollouts_per_example": args.rollouts_per_example,
-        "max_concurrent": args.max_concurrent,
-    }
-    progress = Progress(
+    return Progress(
         TextColumn("[bold]rollouts"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -281,6 +271,21 @@ def _evaluate(
         console=Console(stderr=True),
         transient=False,
     )
+
+
+def _evaluate(
+    env: Any, client: Any, model: str, base_url: str, args: argparse.Namespace, sampling: dict
+) -> Any:
+    """Run ``env.evaluate`` under a progress bar (when the environment reports progress)."""
+    import asyncio
+
+    kwargs: dict[str, Any] = {
+        "sampling_args": sampling or None,
+        "num_examples": args.num_examples,
+        "rollouts_per_example": args.rollouts_per_example,
+        "max_concurrent": args.max_concurrent,
+    }
+    progress = _rollout_progress()
     task = progress.add_task("rollouts", total=None)
     # evaluate passes extra keywords on to a_generate, which reports progress.
     if _accepts(env.evaluate, "on_progress", getattr(env, "a_generate", None)):
@@ -544,23 +549,13 @@ def _evaluate_saving(
     example order."""
     import asyncio
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     r = run.rollouts_per_example
     todo = run.missing()
     limit = args.max_concurrent
     # Rollouts of an example run together (a group may be scored as one), so the rollout
     # limit becomes a limit on groups in flight; each group keeps the rollout limit too.
     groups = asyncio.Semaphore(max(1, math.ceil(limit / r))) if limit > 0 else None
-    progress = Progress(
-        TextColumn("[bold]rollouts"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=False,
-    )
+    progress = _rollout_progress()
     task = progress.add_task("rollouts", total=run.num_examples * r, completed=len(run.saved))
 
     async def one(example: int, first: int) -> None:
