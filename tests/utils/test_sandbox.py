@@ -180,6 +180,13 @@ def test_infinite_loop_times_out():
     assert result.duration_s < 15
 
 
+def test_busy_loop_under_default_cpu_limit_times_out_on_the_wall_clock():
+    # The default CPU limit (floor(2.0) + 1 = 3 s) sits past the wall clock, so one spinning core
+    # is always reported as a timeout; with both at 2 s, CI once saw the CPU limit fire first.
+    result = run_python("while True:\n    pass", timeout_s=2.0)
+    assert result.timed_out and result.error.startswith("timed out after 2s"), result
+
+
 def test_cpu_limit():
     # A generous wall clock: on a busy machine one CPU-second takes much longer.
     result = run_python("while True:\n    pass", timeout_s=120, cpu_time_s=1)

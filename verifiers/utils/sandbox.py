@@ -149,7 +149,10 @@ def _settings(
     unknown = sorted(chosen - set(LAYERS))
     if unknown:
         raise ConfigError(f"unknown sandbox layer(s) {unknown}", hint=f"choose from {', '.join(LAYERS)}")
-    cpu = timeout_s if cpu_time_s is None else cpu_time_s
+    # Default CPU limit: one second past the wall clock, so code that spins one core is always
+    # reported as a wall-clock timeout (with both at 2 s, which fired first was a race); the CPU
+    # limit still stops code that burns several cores at once.
+    cpu = math.floor(timeout_s) + 1 if cpu_time_s is None else cpu_time_s
     return _Settings(
         timeout_s=float(timeout_s),
         memory_mb=int(memory_mb),
@@ -185,7 +188,8 @@ async def arun_python(
         timeout_s: wall-clock limit; the process group is killed after it.
         memory_mb: address-space limit (``RLIMIT_AS``).
         max_output_bytes: bytes kept of stdout and of stderr each.
-        cpu_time_s: CPU-seconds limit (default: ``timeout_s``, rounded up).
+        cpu_time_s: CPU-seconds limit, rounded up (default: ``timeout_s`` rounded down, plus one,
+            so a single busy core times out on the wall clock first).
         max_processes: ``RLIMIT_NPROC`` (threads count too; ignored by Linux for root).
         max_file_mb: largest file the code may write (``RLIMIT_FSIZE``).
         max_open_files: ``RLIMIT_NOFILE``.
