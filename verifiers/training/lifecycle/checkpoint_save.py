@@ -19,6 +19,7 @@ Order, and why:
    none does: a process that carried on alone would hang at its next collective.
 5. The mark (files flushed to disk first), then ``rotate`` (checkpoint.py), which keeps
    the newest ``save_total_limit`` complete checkpoints: never before the mark.
+6. One full garbage collection: what the save left in reference cycles is freed now.
 
 (A failure inside DeepSpeed's own save, which is collective, can leave the other processes
 in that collective instead: the process group's timeout ends them.)
@@ -30,6 +31,7 @@ checkpoint is untouched and ``resume_from_checkpoint=True`` picks it.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import Callable
@@ -60,7 +62,7 @@ class CheckpointSave:
     prepared: PreparedBatch | None  # this process's batch in training, None between batches
     # Main process: the generator's state (BatchGenerator.state_dict); None without a generator.
     generator_state: Callable[[], dict[str, Any]] | None
-    plot: Callable[[str], None]  # the curves, into a folder (main process)
+    plot: Callable[..., None]  # the curves, drawn once into each folder given (main process)
 
     @property
     def folder(self) -> str:
@@ -79,6 +81,12 @@ def save_checkpoint(save: CheckpointSave) -> None:
             rotate = lambda: ckpt.rotate(save.run_dir, save.save_total_limit, keep=save.keep())  # noqa: E731
             error = _attempt(folder, rotate, action)
     _raise_if_any(save, error, remove=not ckpt.is_complete(folder))
+    # A save leaves tens of thousands of objects in reference cycles: the curves figure alone is
+    # ~15,000 (matplotlib's artists and transforms point at each other), plus torch.save's pickler
+    # and json's encoder closures. Left to the collector they wait for its next full pass (every
+    # ~200 steps in the soak) and RSS carries them meanwhile. One full collection here (~0.2 s
+    # with torch loaded, next to a save's seconds) frees them at once.
+    gc.collect()
 
 
 def _write_files(save: CheckpointSave) -> None:
@@ -89,8 +97,7 @@ def _write_files(save: CheckpointSave) -> None:
     if save.accelerator.is_main_process:
         if save.generator_state is not None:
             ckpt.save_generator_state(save.folder, save.generator_state())
-        save.plot(save.folder)
-        save.plot(save.run_dir)
+        save.plot(save.folder, save.run_dir)
 
 
 def _attempt(folder: str, write: Callable[[], None], action: str | None = None) -> CheckpointError | None:
