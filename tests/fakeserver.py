@@ -106,6 +106,12 @@ def render_chat(messages: list[dict]) -> str:
     return "".join(out) + "<|assistant|>"
 
 
+def reverse_text_reply(request: dict) -> str:
+    """A perfect reverse-text model: the last user message reversed, in the environment's tags."""
+    text = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
+    return f"<reversed_text>{text[::-1]}</reversed_text>"
+
+
 def default_reply(request: dict) -> str:
     if "messages" in request:
         for m in reversed(request["messages"]):

@@ -10,29 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakeserver import fake_server, unused_url
+from tests.cli.conftest import REVERSE_TEXT_DIR
+from tests.fakeserver import fake_server, reverse_text_reply, unused_url
 from verifiers.cli import eval as vf_eval
 from verifiers.types import GenerateOutputs
 from verifiers.utils.display import print_prompt_completions_sample, print_results_table
 
-ROOT = Path(__file__).resolve().parents[2]
-REVERSE_TEXT_DIR = ROOT / "environments" / "reverse_text"
-
-
-def reverse_reply(request: dict) -> str:
-    """A perfect reverse-text model."""
-    text = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
-    return f"<reversed_text>{text[::-1]}</reversed_text>"
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    """Run in a temp folder with the bundled reverse-text environment importable and no API key set."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(REVERSE_TEXT_DIR))
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    yield tmp_path
-    sys.modules.pop("reverse_text", None)
+pytestmark = pytest.mark.usefixtures("fresh_log_handler")
+ROOT = REVERSE_TEXT_DIR.parents[1]
 
 
 def max_tokens(body: dict) -> int | None:
@@ -40,21 +25,9 @@ def max_tokens(body: dict) -> int | None:
     return body.get("max_completion_tokens", body.get("max_tokens"))
 
 
-@pytest.fixture(autouse=True)
-def fresh_log_handler():
-    """vf-eval installs a stderr log handler bound to the stream of the moment; under capsys
-    that stream is closed after the test, so drop the handler between tests."""
-    yield
-    import logging
-
-    logger = logging.getLogger("verifiers")
-    for handler in [h for h in logger.handlers if getattr(h, "_verifiers", False)]:
-        logger.removeHandler(handler)
-
-
 @pytest.fixture
 def server():
-    with fake_server(reply=reverse_reply) as srv:
+    with fake_server(reply=reverse_text_reply) as srv:
         yield srv
 
 

@@ -11,39 +11,16 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 
-from tests.fakeserver import fake_server
+from tests.cli.conftest import REVERSE_TEXT_DIR
+from tests.fakeserver import fake_server, reverse_text_reply
 from verifiers.cli import eval as vf_eval
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.envs.results import pass_at_k, pass_at_k_summary, pass_k_values
 from verifiers.errors import ConfigError
 from verifiers.rubrics.rubric import Rubric
 
-ROOT = Path(__file__).resolve().parents[2]
-REVERSE_TEXT_DIR = ROOT / "environments" / "reverse_text"
-
-
-def reverse_reply(request: dict) -> str:
-    text = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
-    return f"<reversed_text>{text[::-1]}</reversed_text>"
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(REVERSE_TEXT_DIR))
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    yield tmp_path
-    sys.modules.pop("reverse_text", None)
-
-
-@pytest.fixture(autouse=True)
-def fresh_log_handler():
-    yield
-    import logging
-
-    logger = logging.getLogger("verifiers")
-    for handler in [h for h in logger.handlers if getattr(h, "_verifiers", False)]:
-        logger.removeHandler(handler)
+pytestmark = pytest.mark.usefixtures("fresh_log_handler")
+ROOT = REVERSE_TEXT_DIR.parents[1]
 
 
 def chat_requests(server) -> list[dict]:
@@ -110,7 +87,7 @@ def test_interrupted_run_resumes_from_its_saved_rollouts(workdir, capsys, monkey
         real_append(self, rows)
 
     monkeypatch.setattr(vf_eval.EvalRun, "append", append_then_stop)
-    with fake_server(reply=reverse_reply) as first:
+    with fake_server(reply=reverse_text_reply) as first:
         rc = vf_eval.main([*ARGS, "-b", first.url, "-s"])
     err = capsys.readouterr().err
     assert rc != 0 and "-R outputs/evals/reverse-text--fake-model/" in err
@@ -119,7 +96,7 @@ def test_interrupted_run_resumes_from_its_saved_rollouts(workdir, capsys, monkey
     assert json.loads((path / "metadata.json").read_text())["complete"] is False
 
     monkeypatch.setattr(vf_eval.EvalRun, "append", real_append)
-    with fake_server(reply=reverse_reply) as second:
+    with fake_server(reply=reverse_text_reply) as second:
         rc = vf_eval.main([*ARGS, "-b", second.url, "-R"])
     out, err = capsys.readouterr()
     assert rc == 0, err
@@ -140,13 +117,13 @@ def test_interrupted_run_resumes_from_its_saved_rollouts(workdir, capsys, monkey
     assert "pass@1=1.000, pass@2=1.000" in out
 
     # a finished run is not picked up again: -R alone starts a new run
-    with fake_server(reply=reverse_reply) as third:
+    with fake_server(reply=reverse_text_reply) as third:
         assert vf_eval.main([*ARGS, "-b", third.url, "-R"]) == 0
     assert len(run_dirs()) == 2 and len(chat_requests(third)) == 6
 
 
 def test_resume_drops_a_half_written_last_line_and_grows_n(workdir, capsys):
-    with fake_server(reply=reverse_reply) as server:
+    with fake_server(reply=reverse_text_reply) as server:
         assert vf_eval.main([*ARGS, "-b", server.url, "-s", "-n", "2"]) == 0
     [path] = run_dirs()
     lines = (path / "results.jsonl").read_text().splitlines()
@@ -154,7 +131,7 @@ def test_resume_drops_a_half_written_last_line_and_grows_n(workdir, capsys):
     kept = [line for line in lines if json.loads(line)["example_id"] == 1]
     (path / "results.jsonl").write_text("\n".join(kept) + '\n{"prompt": [{"ro')
     capsys.readouterr()
-    with fake_server(reply=reverse_reply) as server:
+    with fake_server(reply=reverse_text_reply) as server:
         rc = vf_eval.main([*ARGS, "-b", server.url, "-R", str(path), "-n", "3"])
         assert len(chat_requests(server)) == 4  # example 0 again, and the new example 2
     assert rc == 0, capsys.readouterr().err
@@ -171,7 +148,7 @@ def test_resume_drops_a_half_written_last_line_and_grows_n(workdir, capsys):
     ],
 )
 def test_resume_refuses_a_run_with_other_settings(workdir, capsys, extra, fragment):
-    with fake_server(reply=reverse_reply) as server:
+    with fake_server(reply=reverse_text_reply) as server:
         assert vf_eval.main([*ARGS, "-b", server.url, "-s"]) == 0
         [path] = run_dirs()
         capsys.readouterr()
@@ -183,7 +160,7 @@ def test_resume_refuses_a_run_with_other_settings(workdir, capsys, extra, fragme
 
 
 def test_resume_path_that_is_not_a_run_is_refused(workdir, capsys):
-    with fake_server(reply=reverse_reply) as server:
+    with fake_server(reply=reverse_text_reply) as server:
         rc = vf_eval.main([*ARGS, "-b", server.url, "-R", "nowhere"])
         assert not chat_requests(server)
     err = capsys.readouterr().err
@@ -198,7 +175,7 @@ def test_resume_path_that_is_not_a_run_is_refused(workdir, capsys):
     ],
 )
 def test_bad_max_total_tokens_is_refused(workdir, capsys, flags, fragment):
-    with fake_server(reply=reverse_reply) as server:
+    with fake_server(reply=reverse_text_reply) as server:
         rc = vf_eval.main([*ARGS, "-b", server.url, *flags])
         assert not server.requests
     err = capsys.readouterr().err
@@ -252,7 +229,7 @@ def test_killed_process_resumes_without_duplicates(workdir, capsys):
     env.pop("OPENAI_API_KEY", None)
     argv = ["reverse-text", "-m", "fake-model", "-n", "4", "-r", "2", "-c", "2"]
     argv += ["-a", '{"num_eval_examples": 5}']
-    with fake_server(reply=reverse_reply, delay=0.4) as slow:
+    with fake_server(reply=reverse_text_reply, delay=0.4) as slow:
         proc = subprocess.Popen(
             [sys.executable, "-m", "verifiers.cli.eval", *argv, "-b", slow.url, "-s"],
             cwd=workdir,
@@ -274,7 +251,7 @@ def test_killed_process_resumes_without_duplicates(workdir, capsys):
     before = len(saved_rows(path))
     assert 2 <= before < 8 and json.loads((path / "metadata.json").read_text())["complete"] is False
 
-    with fake_server(reply=reverse_reply) as server:
+    with fake_server(reply=reverse_text_reply) as server:
         assert vf_eval.main([*argv, "-b", server.url, "-R"]) == 0, capsys.readouterr().err
         assert len(chat_requests(server)) == 8 - before
     keys = [(r["example_id"], r["rollout_index"]) for r in saved_rows(path)]

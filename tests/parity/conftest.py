@@ -45,76 +45,78 @@ ORACLE_PINS = (
 )
 
 
-def _oracle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _oracle_venv(tmp_path_factory: pytest.TempPathFactory, version: str) -> Path:
+    """Where ``verifiers==version``'s venv lives: under VF_CACHE_DIR when set (kept between runs)."""
     cache = os.environ.get("VF_CACHE_DIR")
-    if cache:
-        return Path(cache).expanduser() / "oracle-0.1.4"
-    return tmp_path_factory.getbasetemp() / "oracle-0.1.4"
+    root = Path(cache).expanduser() if cache else tmp_path_factory.getbasetemp()
+    return root / f"oracle-{version}"
 
 
 def _python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def build_oracle(venv: Path) -> Path:
-    """The oracle's Python, building the venv if it is missing or was built with other pins."""
+def build_oracle(version: str, pins: tuple[str, ...], venv: Path) -> Path:
+    """``verifiers==version``'s Python, building ``venv`` if it is missing or was built with other pins.
+
+    Installed with ``--no-deps``: the pins, then a ``.pth`` after them that adds this interpreter's
+    packages, so the pins win and the rest is shared. Skips the test when PyPI cannot be reached."""
     marker = venv / ".parity-pins"
-    wanted = "\n".join(ORACLE_PINS)
+    wanted = "\n".join(pins)
     if marker.exists() and marker.read_text() == wanted and _python(venv).exists():
         return _python(venv)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
     py = _python(venv)
     done = subprocess.run(
-        [
-            str(py),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            *ORACLE_PINS,
-        ],
+        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", *pins],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
-        pytest.skip(f"verifiers 0.1.4 oracle not installable (needs PyPI): {last[:160]}")
+        pytest.skip(f"verifiers {version} oracle not installable (needs PyPI): {last[:160]}")
     purelib = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
-    # After the oracle's own packages: the pins win, the rest comes from this interpreter.
     Path(purelib, "zz_parity_host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     marker.write_text(wanted)
     return py
 
 
-def run_oracle(python: Path, groups: dict, tokenizer_dir: str | None, workdir: Path) -> dict:
-    """Send ``groups`` (op -> cases) through the oracle in one subprocess; op -> results."""
+def run_driver(python: Path, driver: str, payload: dict, workdir: Path, what: str, **env_vars: str) -> dict:
+    """Send ``payload`` (JSON on stdin) through ``tests/drivers/<driver>`` under an oracle's Python,
+    from ``workdir`` (not the checkout: ``import verifiers`` must find the release); its JSON answer."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OPENAI_API_KEY="EMPTY")
+    env.update(env_vars)
     done = subprocess.run(
-        [str(python), "-I", str(HERE.parent / "drivers" / "oracle_driver.py")],
-        input=json.dumps({"tokenizer_dir": tokenizer_dir, "groups": groups}),
+        [str(python), "-I", str(HERE.parent / "drivers" / driver)],
+        input=json.dumps(payload),
         capture_output=True,
         text=True,
-        cwd=workdir,  # not the checkout: `import verifiers` must find 0.1.4
+        cwd=workdir,
         env=env,
         timeout=600,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"oracle driver failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{what} driver failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout)
+
+
+def run_oracle(python: Path, groups: dict, tokenizer_dir: str | None, workdir: Path) -> dict:
+    """Send ``groups`` (op -> cases) through the 0.1.4 oracle in one subprocess; op -> results."""
+    return run_driver(
+        python, "oracle_driver.py", {"tokenizer_dir": tokenizer_dir, "groups": groups}, workdir, "oracle"
+    )
 
 
 @pytest.fixture(scope="session")
 def oracle_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_oracle(_oracle_dir(tmp_path_factory))
+    return build_oracle("0.1.4", ORACLE_PINS, _oracle_venv(tmp_path_factory, "0.1.4"))
 
 
 @pytest.fixture(scope="session")
@@ -144,7 +146,7 @@ def parity(
 
 # -- the 0.1.8 / 0.1.10 / 0.1.12 oracles (tests/parity/test_parity_01x.py) ----------------------
 
-# Installed with --no-deps like 0.1.4's: openai 2 and openai-agents of the releases' time, the
+# Installed like 0.1.4's (build_oracle): openai 2 and openai-agents of the releases' time, the
 # datasets / hub client 0.1.4's oracle uses, and the packages 0.1.10+ import when `vf.MultiTurnEnv`
 # is first read (tenacity, and prime-sandboxes with its own imports: the sandbox mixin is imported
 # by every environment class even though no sandbox is used). The rest is this interpreter's.
@@ -175,58 +177,12 @@ RELEASE_PINS: dict[str, tuple[str, ...]] = {
 }
 
 
-def build_release_oracle(version: str, venv: Path) -> Path:
-    """``verifiers==version``'s Python in ``venv`` (built once per pin set, like 0.1.4's)."""
-    pins = RELEASE_PINS[version]
-    marker = venv / ".parity-pins"
-    wanted = "\n".join(pins)
-    if marker.exists() and marker.read_text() == wanted and _python(venv).exists():
-        return _python(venv)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
-    py = _python(venv)
-    done = subprocess.run(
-        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", *pins],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
-        pytest.skip(f"verifiers {version} oracle not installable (needs PyPI): {last[:160]}")
-    purelib = subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    Path(purelib, "zz_parity_host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    marker.write_text(wanted)
-    return py
-
-
 def run_release_oracle(python: Path, version: str, groups: dict, workdir: Path) -> dict:
     """Send ``groups`` (op -> cases) through one release's oracle in one subprocess; op -> results."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        OPENAI_API_KEY="EMPTY",
-        JUDGE_API_KEY="EMPTY",
-        VF_LOG_LEVEL="CRITICAL",
-    )
-    done = subprocess.run(
-        [str(python), "-I", str(HERE.parent / "drivers" / "oracle_01x_driver.py")],
-        input=json.dumps({"expect": version, "groups": groups}),
-        capture_output=True,
-        text=True,
-        cwd=workdir,  # not the checkout: `import verifiers` must find the release
-        env=env,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{version} oracle driver failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)["results"]
+    payload = {"expect": version, "groups": groups}
+    answer = run_driver(python, "oracle_01x_driver.py", payload, workdir, f"{version} oracle",
+                        JUDGE_API_KEY="EMPTY", VF_LOG_LEVEL="CRITICAL")  # fmt: skip
+    return answer["results"]
 
 
 @pytest.fixture(scope="session")
@@ -236,10 +192,8 @@ def release_oracles(tmp_path_factory: pytest.TempPathFactory):
 
     def get(version: str) -> tuple[Path, float]:
         if version not in built:
-            cache = os.environ.get("VF_CACHE_DIR")
-            root = Path(cache).expanduser() if cache else tmp_path_factory.getbasetemp()
             start = time.perf_counter()
-            py = build_release_oracle(version, root / f"oracle-{version}")
+            py = build_oracle(version, RELEASE_PINS[version], _oracle_venv(tmp_path_factory, version))
             built[version] = (py, time.perf_counter() - start)
         return built[version]
 

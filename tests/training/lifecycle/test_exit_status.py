@@ -9,7 +9,7 @@ layout            ``accelerate launch``                ``torchrun`` (``python -m
 ================  ===================================  =========================================
 one process       ``--num_processes 1``                ``--nproc_per_node 1``
 DDP, 2            ``--multi_gpu`` + ACCELERATE_USE_CPU ``--nproc_per_node 2``
-ZeRO-3, 2         ``configs/zero3-cpu.yaml``           accelerate's DeepSpeed variables (below)
+ZeRO-3, 2         ``configs/zero3-cpu.yaml``           ZERO3_ENV (tests/launch.py)
 FSDP, 2           skipped: no FSDP without GPUs        skipped: the same
 ================  ===================================  =========================================
 
@@ -43,11 +43,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,22 +52,14 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from tests.vllm_server import free_port  # noqa: E402
+from tests.launch import ROOT, command, run  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "tests" / "drivers" / "dist_train.py"
 STEPS = 2
 LIMIT_S = 300  # one launch on a busy 2-core machine (a ZeRO-3 one takes ~35 s)
 
-# What `accelerate launch --config_file configs/zero3-cpu.yaml` exports to its workers.
-ZERO3_ENV = {
-    "ACCELERATE_USE_DEEPSPEED": "true",
-    "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
-    "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
-    "ACCELERATE_MIXED_PRECISION": "no",
-}
 FSDP_ON_CPU = (
     "FSDP needs GPUs: accelerate sets DistributedType.FSDP only over an accelerator's multi-device "
     "type, never MULTI_CPU (accelerate/state.py); on CPU an FSDP config runs as DistributedType.NO "
@@ -92,56 +80,24 @@ def fake_url():
             yield server.url
 
 
-def command(layout: str, launcher: str) -> tuple[list[str], dict[str, str], int]:
-    """(argv before the script's arguments, extra environment, process count) of one launch."""
-    env: dict[str, str] = {}
-    world = 1 if layout == "single" else 2
-    if layout == "zero3":
-        pytest.importorskip("deepspeed")
-    if launcher == "accelerate":
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
-        if layout == "zero3":
-            cmd += ["--config_file", str(ROOT / "configs" / "zero3-cpu.yaml")]  # no ACCELERATE_USE_CPU
-        else:
-            multi = ["--multi_gpu"] if world > 1 else []
-            cmd += [*multi, "--num_processes", str(world), "--num_machines", "1", "--mixed_precision", "no",
-                    "--dynamo_backend", "no"]  # fmt: skip
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-               "--master_port", str(free_port())]  # fmt: skip
-        if layout == "zero3":
-            env.update(ZERO3_ENV)
-    if layout == "ddp" and launcher == "accelerate":
-        env["ACCELERATE_USE_CPU"] = "1"  # torchrun needs none: GRPOConfig asks for DDP on CPU itself
-    return [*cmd, str(SCRIPT)], env, world
-
-
 def launch(layout: str, launcher: str, model: Path, url: str, out: Path, *args: str) -> tuple[int, str, int]:
     """Run ``dist_train.py``; (exit status, output, process count). Prints the time it took."""
-    cmd, extra, world = command(layout, launcher)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
-    for name in ("ACCELERATE_USE_CPU", *ZERO3_ENV):
-        if name not in extra:
-            env.pop(name, None)
-    # On a timeout the launcher gets SIGTERM and SIGKILLs its workers 5 s later.
-    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "5"
-    cmd += ["--fake", url, "--model", str(model), "--out", str(out), "--steps", str(STEPS), *args]
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        text, _ = proc.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            text, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            text, _ = proc.communicate()
-        pytest.fail(f"{layout} under {launcher} did not end within {LIMIT_S} s:\n{(text or '')[-4000:]}")
-    print(f"{layout} under {launcher}: exit {proc.returncode} after {time.monotonic() - start:.1f} s")
-    return proc.returncode, text, world
+    cmd, env = command(layout, launcher)
+    script = [
+        str(SCRIPT),
+        "--fake",
+        url,
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--steps",
+        str(STEPS),
+        *args,
+    ]
+    rc, text, seconds = run([*cmd, *script], env, LIMIT_S, f"{layout} under {launcher}")
+    print(f"{layout} under {launcher}: exit {rc} after {seconds:.1f} s")
+    return rc, text, 1 if layout == "single" else 2
 
 
 LAUNCHERS = ("accelerate", "torchrun")

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +29,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
+from tests.launch import command, run  # noqa: E402
 from tests.vllm_server import free_port  # noqa: E402
 
 COLLECTIVE_S = 2.0  # the process group's timeout in these tests
@@ -120,42 +119,15 @@ def test_without_waiting_together_the_other_process_times_out(outcomes):
 # ---------------------------------------------------------------------------
 # Launched runs: 2 DDP processes over gloo (hang_run.py)
 
-ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = Path(__file__).resolve().parents[2] / "drivers" / "hang_run.py"
 START_S = 90  # launching 2 processes and loading the tiny model, on a busy 2-core machine
 
 
 def launch(model: Path, out: Path, *args: str, limit: float, kind: str = "ddp") -> tuple[int, str, float]:
-    """Run hang_run.py in 2 processes (DDP, or DeepSpeed ZeRO-3 with ``kind="zero3"``);
-    (exit status, output, seconds). ``limit`` bounds the run."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "ACCELERATE_USE_CPU": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
-    if kind == "zero3":
-        pytest.importorskip("deepspeed")
-        del env["ACCELERATE_USE_CPU"]  # it would make accelerate ignore DeepSpeed
-        cmd += ["--config_file", str(ROOT / "configs" / "zero3-cpu.yaml")]
-    else:
-        cmd += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                "--dynamo_backend", "no"]  # fmt: skip
-    cmd += [str(SCRIPT), "--model", str(model), "--out", str(out), *args]
-    # On a timeout, SIGTERM the launcher: torchrun passes it on and SIGKILLs the workers (their
-    # own sessions, out of our reach) 5 s later, so no hung rank outlives the test.
-    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "5"
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        text, _ = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            text, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            text, _ = proc.communicate()
-        pytest.fail(f"the run did not end within {limit:.0f} s:\n{(text or '')[-4000:]}")
-    return proc.returncode, text, time.monotonic() - start
+    """Run hang_run.py in 2 processes under ``accelerate launch`` (DDP, or DeepSpeed ZeRO-3 with
+    ``kind="zero3"``); (exit status, output, seconds). ``limit`` bounds the run."""
+    cmd, env = command(kind, "accelerate")
+    return run([*cmd, str(SCRIPT), "--model", str(model), "--out", str(out), *args], env, limit, "the run")
 
 
 def finished(text: str) -> bool:

@@ -1,0 +1,101 @@
+"""Launching a driver script (``tests/drivers/``) the way users launch training, on CPU.
+
+``command(layout, launcher)`` gives the argv prefix and extra environment of one launch:
+
+===========  ==================================  ===========================================
+layout       ``accelerate`` (``accelerate launch``)  ``torchrun`` (``python -m torch.distributed.run``)
+===========  ==================================  ===========================================
+``single``   ``--num_processes 1``               ``--nproc_per_node 1``
+``ddp``      ``--multi_gpu`` + ACCELERATE_USE_CPU  ``--nproc_per_node 2`` (GRPOConfig picks DDP on CPU)
+``zero3``    ``configs/zero3-cpu.yaml``          ``ZERO3_ENV``, what accelerate exports for it
+===========  ==================================  ===========================================
+
+``launcher=None`` runs the script as a plain ``python`` process (one process, no launcher).
+``run`` starts it with a clean environment and ends it within a time limit: on a timeout the
+launcher gets SIGTERM, and torchrun SIGKILLs its workers (their own sessions, out of our reach)
+5 s later (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), so no hung rank outlives the test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.vllm_server import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+ZERO3_CPU = ROOT / "configs" / "zero3-cpu.yaml"
+# What `accelerate launch --config_file configs/zero3-cpu.yaml` exports to its workers.
+ZERO3_ENV = {
+    "ACCELERATE_USE_DEEPSPEED": "true",
+    "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+    "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
+    "ACCELERATE_MIXED_PRECISION": "no",
+}
+# Set by a launch when it needs them, never inherited: ACCELERATE_USE_CPU would make accelerate
+# ignore DeepSpeed, and a ZeRO-3 variable would turn a DDP launch into a DeepSpeed one.
+LAUNCH_VARIABLES = ("ACCELERATE_USE_CPU", *ZERO3_ENV)
+
+
+def command(
+    layout: str, launcher: str | None = "accelerate", processes: int | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """(argv up to the script, extra environment) of one launch; ``processes`` overrides the layout's
+    count (1 for ``single``, else 2)."""
+    world = processes or (1 if layout == "single" else 2)
+    if layout == "zero3":
+        pytest.importorskip("deepspeed")
+    env: dict[str, str] = {}
+    if launcher is None:
+        assert world == 1 and layout == "single", "a plain python process is one process"
+        return [sys.executable], env
+    if launcher == "accelerate":
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+        if layout == "zero3":
+            cmd += ["--config_file", str(ZERO3_CPU)]  # 2 processes
+            if processes is not None:
+                cmd += ["--num_processes", str(processes)]
+        else:
+            multi = ["--multi_gpu"] if world > 1 else []
+            cmd += [*multi, "--num_processes", str(world), "--num_machines", "1", "--mixed_precision", "no",
+                    "--dynamo_backend", "no"]  # fmt: skip
+            if layout == "ddp":
+                env["ACCELERATE_USE_CPU"] = "1"  # `--cpu` would start one process
+    elif launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+               "--master_port", str(free_port())]  # fmt: skip
+        if layout == "zero3":
+            env.update(ZERO3_ENV)
+    else:
+        raise ValueError(f"unknown launcher {launcher!r}")
+    return cmd, env
+
+
+def run(argv: list[str], extra_env: dict[str, str], limit_s: float, what: str) -> tuple[int, str, float]:
+    """Run ``argv`` from the repository root; (exit status, stdout and stderr together, seconds).
+    Fails the test, with the output's tail, if it has not ended within ``limit_s``."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for name in LAUNCH_VARIABLES:
+        env.pop(name, None)
+    env.update(extra_env)
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "5"
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        text, _ = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            text, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        pytest.fail(f"{what} did not end within {limit_s:.0f} s:\n{(text or '')[-4000:]}")
+    return proc.returncode, text, time.monotonic() - start
