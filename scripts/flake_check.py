@@ -94,21 +94,26 @@ def held(lock: str | None) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def run_once(target: str, pytest_args: list[str], timeout: float, lock: str | None) -> tuple[dict, str, int]:
-    """One fresh pytest process on ``target``: its per-test outcomes, its output and exit status."""
+def run_once(
+    target: str, pytest_args: list[str], timeout: float, lock: str | None
+) -> tuple[dict, str, int, float]:
+    """One fresh pytest process on ``target``: its per-test outcomes, output, exit status and
+    seconds (the run's own, not the wait for the lock)."""
     with tempfile.TemporaryDirectory(prefix="vf-flake-") as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
                "-o", "junit_family=xunit2", *pytest_args, target]  # fmt: skip
         with held(lock):
+            start = time.monotonic()
             try:
                 proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
                 output, code = proc.stdout + proc.stderr, proc.returncode
             except subprocess.TimeoutExpired as err:
                 output = f"{err.stdout or ''}{err.stderr or ''}\n[flake_check: killed after {timeout:g} s]"
                 output, code = output if isinstance(output, str) else str(output), -9
+            took = time.monotonic() - start
         outcomes = parse_junit(xml) if xml.exists() and xml.stat().st_size else {}
-    return outcomes, output, code
+    return outcomes, output, code, took
 
 
 def check(
@@ -118,9 +123,7 @@ def check(
     tallies: dict[str, Tally] = {}
     for target in targets:
         for i in range(runs):
-            start = time.monotonic()
-            outcomes, output, code = run_once(target, pytest_args, timeout, lock)
-            took = time.monotonic() - start
+            outcomes, output, code, took = run_once(target, pytest_args, timeout, lock)
             if not outcomes or (code != 0 and all(o == "passed" for o, _ in outcomes.values())):
                 # No results, or every test passed yet pytest failed (e.g. it crashed at exit).
                 outcomes = {**outcomes, target: ("failed", f"pytest exited {code}\n{output}")}
