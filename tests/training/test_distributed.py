@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,7 +36,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from tests.vllm_server import free_port, serve  # noqa: E402
+from tests.launch import command, run  # noqa: E402
+from tests.vllm_server import serve  # noqa: E402
 from verifiers.training.batch.tensors import split_batch  # noqa: E402
 from verifiers.training.loss.losses import (  # noqa: E402
     LOSS_TYPES,
@@ -49,9 +47,7 @@ from verifiers.training.loss.losses import (  # noqa: E402
     step_loss_scale,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parents[1] / "drivers" / "dist_train.py"
-ZERO3_CPU = ROOT / "configs" / "zero3-cpu.yaml"
 TOL = 1e-3  # fp32 server vs fp32 trainer, per sampled token
 STEPS = 2
 
@@ -138,30 +134,16 @@ def test_deepspeed_launch_with_use_cpu_is_refused(monkeypatch, tmp_path):
 
 
 def launch(kind: str, out: Path, *script_args: str, timeout: float = 600) -> tuple[str, list[dict]]:
-    """Run ``dist_train.py`` as ``kind`` (``single``, ``ddp`` or ``zero3``); its output and rank records."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("ACCELERATE_USE_CPU", None)
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+    """Run ``dist_train.py`` as ``kind``: ``single`` (a plain python process), ``ddp`` (2),
+    ``zero3`` (2) or ``zero3-1`` (ZeRO-3 in one process), under ``accelerate launch``; its output
+    and rank records."""
     if kind == "single":
-        cmd = [sys.executable, str(SCRIPT)]
-    elif kind == "ddp":
-        # `--cpu` would start one process: on CPU, two processes need --multi_gpu + ACCELERATE_USE_CPU.
-        env["ACCELERATE_USE_CPU"] = "1"
-        cmd = launcher + ["--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                          "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT)]  # fmt: skip
-    elif kind in ("zero3", "zero3-1"):
-        # Without ACCELERATE_USE_CPU: it would make accelerate ignore DeepSpeed.
-        pytest.importorskip("deepspeed")
-        processes = ["--num_processes", "1"] if kind == "zero3-1" else []
-        cmd = launcher + ["--config_file", str(ZERO3_CPU), *processes, str(SCRIPT)]
+        cmd, env = command("single", launcher=None)
     else:
-        raise ValueError(kind)
-    proc = subprocess.run(
-        cmd + ["--out", str(out), *script_args], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=timeout,
-    )  # fmt: skip
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{kind} run failed (exit {proc.returncode}):\n{text[-6000:]}"
+        layout, processes = ("zero3", 1) if kind == "zero3-1" else (kind, None)
+        cmd, env = command(layout, "accelerate", processes)
+    rc, text, _ = run([*cmd, str(SCRIPT), "--out", str(out), *script_args], env, timeout, f"the {kind} run")
+    assert rc == 0, f"{kind} run failed (exit {rc}):\n{text[-6000:]}"
     world = 1 if kind in ("single", "zero3-1") else 2
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
     check_run(text, ranks, kind)
@@ -277,21 +259,6 @@ def test_zero3_lora_two_processes_against_vllm(tiny_model_dir, vllm_url, tmp_pat
 
 # ---------------------------------------------------------------------------
 # 1 process vs 2 processes on the same batches
-
-
-@pytest.fixture(scope="module")
-def fake_url():
-    """Deterministic rollouts: replies depend only on (prompt, seed), and the generator seeds each
-    rollout from (seed, batch, slot), so every run with the same seed trains the same batches."""
-    from tests import fakeserver
-    from tests.drivers.dist_train import fake_reply
-
-    with pytest.MonkeyPatch.context() as mp:
-        # Sampling log-probs of a uniform policy over the 49152-token vocabulary, close to the random
-        # tiny model's own (entropy 10.79), so importance weights stay near 1 and the loss is not tiny.
-        mp.setattr(fakeserver, "logprob_of", lambda token_id: -math.log(49152))
-        with fakeserver.fake_server(reply=fake_reply) as server:
-            yield server.url
 
 
 BASELINES: dict[str, tuple[list[dict], dict]] = {}

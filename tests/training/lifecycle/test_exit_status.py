@@ -42,7 +42,6 @@ a bad config exits 2 with one line and no traceback in
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 
@@ -65,19 +64,6 @@ FSDP_ON_CPU = (
     "type, never MULTI_CPU (accelerate/state.py); on CPU an FSDP config runs as DistributedType.NO "
     "(rank 1's first broadcast gets None) or, with use_cpu, as plain DDP"
 )
-
-
-@pytest.fixture(scope="module")
-def fake_url():
-    """Rollouts from the fake OpenAI server, as ``tests/training/test_distributed.py`` serves them."""
-    from tests import fakeserver
-    from tests.drivers.dist_train import fake_reply
-
-    with pytest.MonkeyPatch.context() as mp:
-        # A uniform policy's log-probs over the tiny model's vocabulary: importance weights near 1.
-        mp.setattr(fakeserver, "logprob_of", lambda token_id: -math.log(49152))
-        with fakeserver.fake_server(reply=fake_reply) as server:
-            yield server.url
 
 
 def launch(layout: str, launcher: str, model: Path, url: str, out: Path, *args: str) -> tuple[int, str, int]:
