@@ -87,8 +87,14 @@ def test_interrupted_run_resumes_from_its_saved_rollouts(workdir, capsys, monkey
         real_append(self, rows)
 
     monkeypatch.setattr(vf_eval.EvalRun, "append", append_then_stop)
-    with fake_server(reply=reverse_text_reply) as first:
-        rc = vf_eval.main([*ARGS, "-b", first.url, "-s"])
+    # Python's own SIGINT handler, as in a terminal: a background job (`cmd &` in a script, as CI may
+    # run the suite) starts with SIGINT ignored, and the signal above would then be lost.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with fake_server(reply=reverse_text_reply) as first:
+            rc = vf_eval.main([*ARGS, "-b", first.url, "-s"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert rc != 0 and "-R outputs/evals/reverse-text--fake-model/" in err
     [path] = run_dirs()
