@@ -58,7 +58,7 @@ def cpu_distributed_backend(args: Any) -> None:
         # accelerate runs FSDP only over CUDA devices: on CPU the ranks would not form one run.
         raise ConfigError(
             "FSDP needs CUDA devices: this machine has none",
-            hint="on CPU train with DDP (ACCELERATE_USE_CPU=1 torchrun ..., or accelerate launch --multi_gpu "
+            hint="on CPU train with DDP (torchrun --nproc_per_node N ..., or accelerate launch --multi_gpu "
             "with ACCELERATE_USE_CPU=1) or ZeRO-3 (accelerate launch --config_file configs/zero3-cpu.yaml)",
         )
     if args.deepspeed and not deepspeed:
