@@ -457,3 +457,9 @@ def normalize_tool_defs(defs: Any, where: str = "tool_defs") -> list[Tool] | Non
                 hint="write {'name': ..., 'description': ..., 'parameters': {...}}",
             )
     return out
+
+
+def tool_defs_to_oai(defs: Any, where: str = "tool_defs") -> list[dict[str, Any]] | None:
+    """The OpenAI ``tools`` entries of ``defs`` (any form ``normalize_tool_defs`` reads); None stays None."""
+    tools = normalize_tool_defs(defs, where)
+    return None if tools is None else [t.to_oai() for t in tools]

@@ -58,7 +58,7 @@ from verifiers.types import (
     State,
     Tool,
     as_message,
-    normalize_tool_defs,
+    tool_defs_to_oai,
 )
 from verifiers.utils.async_utils import DaemonThreadPool, resolve, run_sync
 from verifiers.utils.logging import warn_once
@@ -141,7 +141,7 @@ class _ToolDefsView(list):
         self._env = env
 
     def _sync(self) -> None:
-        self._env.oai_tools = [t.to_oai() for t in normalize_tool_defs(list(self)) or []]
+        self._env.oai_tools = tool_defs_to_oai(list(self))
 
     def _wrap(name: str) -> Any:  # noqa: N805 (builds the methods below)
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -196,7 +196,7 @@ class Environment(ABC):
                     "both oai_tools= and tool_defs= were given",
                     hint="pass one of them (tool_defs= is 0.1.12's name)",
                 )
-            oai_tools = [t.to_oai() for t in normalize_tool_defs(tool_defs) or []]
+            oai_tools = tool_defs_to_oai(tool_defs)
         if message_type not in ("chat", "completion"):
             raise ConfigError(f"message_type must be 'chat' or 'completion', got {message_type!r}")
         if message_type == "completion" and oai_tools:
@@ -454,8 +454,7 @@ class Environment(ABC):
         is not given: 0.1.12 would send no tools); else a non-empty ``info["oai_tools"]`` (0.1.4-0.1.10)
         does; else the env's own."""
         if info and info.get("tool_defs") is not None:
-            defs = normalize_tool_defs(info["tool_defs"], where="info['tool_defs']") or []
-            return [t.to_oai() for t in defs] or None
+            return tool_defs_to_oai(info["tool_defs"], where="info['tool_defs']") or None
         tools = info.get("oai_tools") if info else None
         if isinstance(tools, str):
             tools = json.loads(tools)
@@ -473,8 +472,7 @@ class Environment(ABC):
 
     @tool_defs.setter
     def tool_defs(self, defs: list[Any] | None) -> None:
-        tools = normalize_tool_defs(defs)
-        self.oai_tools = None if tools is None else [t.to_oai() for t in tools]
+        self.oai_tools = tool_defs_to_oai(defs)
 
     # -- one rollout -------------------------------------------------------------
     async def init_state(

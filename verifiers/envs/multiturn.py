@@ -35,7 +35,7 @@ from verifiers.types import (
     State,
     Tool,
     as_message,
-    normalize_tool_defs,
+    tool_defs_to_oai,
 )
 from verifiers.utils.async_utils import resolve
 from verifiers.utils.logging import warn_once
@@ -436,8 +436,7 @@ def _sync_tools(state: State, seen: tuple[str, str] | None) -> tuple[str, str]:
     if seen is None or _tools_key(oai) != seen[0]:
         state["tool_defs"] = [Tool.from_oai(t) for t in oai or []]
     elif _tools_key(defs) != seen[1]:
-        tools = normalize_tool_defs(defs, where="state['tool_defs']") or []
-        state["oai_tools"] = [t.to_oai() for t in tools] or None
+        state["oai_tools"] = tool_defs_to_oai(defs, where="state['tool_defs']") or None
     return _tools_key(state.get("oai_tools")), _tools_key(state.get("tool_defs"))
 
 
