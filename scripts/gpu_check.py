@@ -22,7 +22,8 @@ The checks (see CHECKS below; docs/gpu.md says what each one proves):
   against the saved checkpoint, for a plain model, a fused-expert MoE (Qwen3-MoE) and a
   merged LoRA; and the adapter a LoRA sync sends, loaded back by PEFT, gives the same logits;
 * with vLLM installed: vf-vllm on CUDA with the tiny model, 3 GRPO steps for each sync
-  mode one GPU allows (ipc, merged, lora), the step-0 importance ratio and the sync seconds;
+  mode one GPU allows (ipc, merged, lora); every step trains tokens and scores every rollout
+  (reverse-text's reward needs rapidfuzz), the step-0 trainer/server ratio, the sync seconds;
 * the trainer-side step time against TRL's GRPOTrainer loss on the same batch (TRL installed).
 """
 
@@ -452,9 +453,12 @@ def zero3_one_process(ctx: Context) -> str:
             "gradient_accumulation_steps": 1,
             "bf16": {"enabled": True},
             "zero_optimization": {"stage": 3},
-            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            # torch's AdamW, as GRPOTrainer hands DeepSpeed Trainer's own optimizer: DeepSpeed's
+            # "AdamW" would JIT-build its fused CUDA / CPU Adam op first (minutes, nvcc or a compiler).
+            "zero_allow_untested_optimizer": True,
         }
-        engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         ids, mask, adv = _batch(model.config.vocab_size, ctx.device)
         with torch.no_grad():
             old = _token_logprobs(engine, ids)
@@ -807,6 +811,9 @@ def grpo_toml(mode: str, model: str, port: int, out: Path, bf16: bool = True) ->
         "beta = 0.0",
         f"use_lora = {'true' if lora else 'false'}",
         f"bf16 = {'true' if bf16 else 'false'}",
+        # The random tiny model never ends a reply within max_tokens: masked, those truncated
+        # completions would leave no token to train, and the step's ratio would be a vacuous 1.
+        "mask_truncated_completions = false",
     ]
     if lora:
         lines.append(f'lora_sync = "{"adapter" if mode == "lora" else "merged"}"')
@@ -830,6 +837,9 @@ def _grpo_run(ctx: Context, mode: str) -> str:
     toml = out / "run.toml"
     toml.write_text(grpo_toml(mode, model, port, out, bf16=ctx.cuda))
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
+    # The checkout's reverse-text, importable without `vf-install` (its reward needs rapidfuzz).
+    bundled = str(ROOT / "environments" / "reverse_text")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (bundled, env.get("PYTHONPATH", "")) if p)
     with open(out / "server.log", "w") as log:
         server = subprocess.Popen(
             server_cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -841,7 +851,7 @@ def _grpo_run(ctx: Context, mode: str) -> str:
             capture_output=True,
             text=True,
             env=env,
-            cwd=ROOT,  # ./environments: reverse-text is found there when not installed
+            cwd=ROOT,
             timeout=240,
         )
         text = proc.stdout + proc.stderr
@@ -854,33 +864,38 @@ def _grpo_run(ctx: Context, mode: str) -> str:
             os.killpg(server.pid, 15)
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.wait(timeout=30)
-    ratios, syncs = step_metrics(out / "runs" / "metrics.jsonl", text)
-    if len(ratios) < 3:
-        raise AssertionError(f"{mode}: {len(ratios)} steps logged, not 3 (see {out / 'trainer.log'})")
-    if abs(ratios[0] - 1) > 1e-3:
-        raise AssertionError(f"{mode}: step-0 importance ratio {ratios[0]:.6f}, not within 1e-3 of 1")
-    return f"{mode}: 3 steps, step-0 ratio {ratios[0]:.6f}, sync {max(syncs):.2f} s max"
+    return f"{mode}: " + judge_steps(step_rows(out / "runs" / "metrics.jsonl"), steps=3)
 
 
-def step_metrics(metrics_file: Path, log_text: str) -> tuple[list[float], list[float]]:
-    """Per training step: the importance ratio (mean) and the sync seconds.
+def step_rows(metrics_file: Path) -> list[dict[str, Any]]:
+    """The training steps' rows of a run's ``runs/metrics.jsonl`` (eval and summary rows left out)."""
+    if not metrics_file.is_file():
+        raise AssertionError(f"no metrics file at {metrics_file}")
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    return [r for r in rows if "importance_ratio/mean" in r]
 
-    From the run's ``runs/metrics.jsonl`` (full precision), else from the printed step
-    lines (``importance_ratio=1.000 ... sync 0.1s``: three decimals only)."""
-    ratios, syncs = [], []
-    if metrics_file.is_file():
-        for row in metrics_file.read_text().splitlines():
-            record = json.loads(row)
-            if "importance_ratio/mean" in record:
-                ratios.append(float(record["importance_ratio/mean"]))
-                syncs.append(float(record.get("time/sync_s", 0.0)))
-    if not ratios:
-        for _, ratio, sync in re.findall(
-            r"Step (\d+)/\d+: .*?importance_ratio=([0-9.]+).*?sync ([0-9.]+)s", log_text
-        ):
-            ratios.append(float(ratio))
-            syncs.append(float(sync))
-    return ratios, syncs
+
+def judge_steps(rows: list[dict[str, Any]], steps: int, tol: float = 1e-3) -> str:
+    """What a GPU run must show, step by step; raises ``AssertionError`` naming the first miss.
+
+    Every step trained tokens (a step without loss tokens reports ratio 1 and entropy 0, which
+    would prove nothing), scored every rollout (no reward-function or rollout error), and the
+    first step's trainer/server ratio, on weights both sides loaded from the same checkpoint, is
+    within ``tol`` of 1."""
+    if len(rows) < steps:
+        raise AssertionError(f"{len(rows)} steps logged, not {steps}")
+    for i, r in enumerate(rows, 1):
+        errors = {k: r[k] for k in ("errors/reward_fn", "rollout_errors") if r.get(k)}
+        if errors:
+            raise AssertionError(f"step {i}: {errors} (see trainer.log)")
+        if not r.get("entropy", 0.0) > 0.0:
+            raise AssertionError(f"step {i}: no loss tokens (entropy {r.get('entropy')})")
+    ratio0 = float(rows[0]["importance_ratio/mean"])
+    if abs(ratio0 - 1) > tol:
+        raise AssertionError(f"step-0 importance ratio {ratio0:.6f}, not within {tol:g} of 1")
+    sync = max(float(r.get("time/sync_s", 0.0)) for r in rows)
+    reward = [round(float(r.get("reward", 0.0)), 3) for r in rows]
+    return f"{len(rows)} steps, step-0 ratio {ratio0:.6f}, entropy {rows[0]['entropy']:.2f}, rewards {reward}, sync {sync:.2f} s max"
 
 
 def _wait_ready(port: int, server: subprocess.Popen, log: Path, timeout: float) -> None:

@@ -10,6 +10,11 @@ layout       ``accelerate`` (``accelerate launch``)  ``torchrun`` (``python -m t
 ``zero3``    ``configs/zero3-cpu.yaml``          ``ZERO3_ENV``, what accelerate exports for it
 ===========  ==================================  ===========================================
 
+On a GPU machine (``device="cuda"``) the launches are the users' own: ``single`` and ``ddp``
+without ACCELERATE_USE_CPU, ``zero3`` with ``configs/zero3.yaml`` (bf16), ``fsdp`` with
+``configs/fsdp.yaml`` (FSDP2, bf16), torchrun with what accelerate exports for those configs
+(``ZERO3_GPU_ENV``, ``FSDP_GPU_ENV``). ``processes`` there is how many GPUs the run takes.
+
 ``launcher=None`` runs the script as a plain ``python`` process (one process, no launcher).
 ``run`` starts it with a clean environment and ends it within a time limit: on a timeout the
 launcher gets SIGTERM, and torchrun SIGKILLs its workers (their own sessions, out of our reach)
@@ -37,13 +42,27 @@ ZERO3_ENV = {
     "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
     "ACCELERATE_MIXED_PRECISION": "no",
 }
+ZERO3_GPU = ROOT / "configs" / "zero3.yaml"
+FSDP_GPU = ROOT / "configs" / "fsdp.yaml"
+# What `accelerate launch --config_file configs/zero3.yaml` / `configs/fsdp.yaml` export to their workers.
+ZERO3_GPU_ENV = {**ZERO3_ENV, "ACCELERATE_MIXED_PRECISION": "bf16"}
+FSDP_GPU_ENV = {
+    "ACCELERATE_USE_FSDP": "true",
+    "FSDP_VERSION": "2",
+    "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP",
+    "FSDP_RESHARD_AFTER_FORWARD": "true",
+    "FSDP_OFFLOAD_PARAMS": "false",
+    "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT",
+    "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
+    "ACCELERATE_MIXED_PRECISION": "bf16",
+}
 # Set by a launch when it needs them, never inherited: ACCELERATE_USE_CPU would make accelerate
-# ignore DeepSpeed, and a ZeRO-3 variable would turn a DDP launch into a DeepSpeed one.
-LAUNCH_VARIABLES = ("ACCELERATE_USE_CPU", *ZERO3_ENV)
+# ignore DeepSpeed, and a ZeRO-3 or FSDP variable would turn a DDP launch into a sharded one.
+LAUNCH_VARIABLES = ("ACCELERATE_USE_CPU", *ZERO3_GPU_ENV, *FSDP_GPU_ENV)
 
 
 def command(
-    layout: str, launcher: str | None = "accelerate", processes: int | None = None
+    layout: str, launcher: str | None = "accelerate", processes: int | None = None, device: str = "cpu"
 ) -> tuple[list[str], dict[str, str]]:
     """(argv up to the script, extra environment) of one launch; ``processes`` overrides the layout's
     count (1 for ``single``, else 2)."""
@@ -54,6 +73,8 @@ def command(
     if launcher is None:
         assert world == 1 and layout == "single", "a plain python process is one process"
         return [sys.executable], env
+    if device == "cuda":
+        return _gpu_command(layout, launcher, world)
     if launcher == "accelerate":
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
         if layout == "zero3":
@@ -74,6 +95,25 @@ def command(
     else:
         raise ValueError(f"unknown launcher {launcher!r}")
     return cmd, env
+
+
+def _gpu_command(layout: str, launcher: str, world: int) -> tuple[list[str], dict[str, str]]:
+    """A launch on ``world`` GPUs, configured as docs/training.md tells users to."""
+    env: dict[str, str] = {}
+    if launcher == "accelerate":
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+        if layout in ("zero3", "fsdp"):
+            cmd += ["--config_file", str(ZERO3_GPU if layout == "zero3" else FSDP_GPU)]
+        else:
+            cmd += ["--multi_gpu"] if world > 1 else []
+            cmd += ["--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no"]
+        return [*cmd, "--num_processes", str(world)], env
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+               "--master_port", str(free_port())]  # fmt: skip
+        env.update({"zero3": ZERO3_GPU_ENV, "fsdp": FSDP_GPU_ENV}.get(layout, {}))
+        return cmd, env
+    raise ValueError(f"unknown launcher {launcher!r}")
 
 
 def run(argv: list[str], extra_env: dict[str, str], limit_s: float, what: str) -> tuple[int, str, float]:

@@ -104,6 +104,7 @@ def test_gpu_run_configs_pass_vf_trains_schema(gc, tmp_path, mode):
     assert rl.use_lora == (mode != "ipc")
     if mode != "ipc":
         assert rl.grpo_args["lora_sync"] == ("adapter" if mode == "lora" else "merged")
+    assert rl.grpo_args["mask_truncated_completions"] is False  # the random model's replies all truncate
     rl.to_grpo_config(world_size=1)  # every GRPOConfig rule too, as vf-train checks at start
 
 
@@ -127,16 +128,34 @@ def test_a_failed_check_makes_the_exit_status_1(gc, monkeypatch, tmp_path, capsy
     assert capsys.readouterr().out.strip().splitlines()[-1] == "gpu_check passed=0 failed=1 skipped=0"
 
 
-def test_step_metrics_prefer_the_metrics_file(gc, tmp_path):
-    log = (
-        "Step 1/3: reward=0.236 entropy=0.000 importance_ratio=1.000 loss=0 lr=1.00e-05 | 4s elapsed, ETA 9s "
-        "| gen-wait 3.2s train 1.3s sync 0.1s\n"
-        "Step 2/3: reward=0.232 entropy=0.000 importance_ratio=0.998 loss=0 lr=1.00e-05 | 6s elapsed, ETA 3s "
-        "| gen-wait 0.5s train 1.0s sync 0.25s\n"
-    )
-    assert gc.step_metrics(tmp_path / "missing.jsonl", log) == ([1.0, 0.998], [0.1, 0.25])
+def step(ratio=1.0, entropy=10.8, **extra):
+    return {"importance_ratio/mean": ratio, "entropy": entropy, "reward": 0.25, "time/sync_s": 0.4,
+            "errors/reward_fn": 0.0, "rollout_errors": 0.0, **extra}  # fmt: skip
+
+
+def test_step_rows_are_the_training_steps_of_the_metrics_file(gc, tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(
         '{"step": 1, "importance_ratio/mean": 1.0004, "time/sync_s": 0.12}\n{"step": 1, "eval/reward": 0.5}\n'
+        '{"train_loss": 0.1}\n'
     )
-    assert gc.step_metrics(metrics, log) == ([1.0004], [0.12])
+    assert gc.step_rows(metrics) == [{"step": 1, "importance_ratio/mean": 1.0004, "time/sync_s": 0.12}]
+    with pytest.raises(AssertionError, match="no metrics file"):
+        gc.step_rows(tmp_path / "missing.jsonl")
+
+
+def test_a_gpu_run_passes_only_when_its_steps_trained_real_tokens(gc):
+    assert gc.judge_steps([step(1.0004), step(0.99), step(1.02)], steps=3) == (
+        "3 steps, step-0 ratio 1.000400, entropy 10.80, rewards [0.25, 0.25, 0.25], sync 0.40 s max"
+    )
+    # What the first H100 run logged (2026-11-26): every completion truncated and masked, so no loss
+    # token; the loss then reports ratio exactly 1 and entropy 0, which proves nothing.
+    with pytest.raises(AssertionError, match=r"step 1: no loss tokens \(entropy 0.0\)"):
+        gc.judge_steps([step(entropy=0.0)] * 3, steps=3)
+    # ... and its reward function failed on every rollout (rapidfuzz missing there).
+    with pytest.raises(AssertionError, match=r"step 2: \{'errors/reward_fn': 16.0\}"):
+        gc.judge_steps([step(), step(**{"errors/reward_fn": 16.0}), step()], steps=3)
+    with pytest.raises(AssertionError, match="step-0 importance ratio 1.002000, not within 0.001 of 1"):
+        gc.judge_steps([step(1.002), step(), step()], steps=3)
+    with pytest.raises(AssertionError, match="2 steps logged, not 3"):
+        gc.judge_steps([step(), step()], steps=3)

@@ -75,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--beta", type=float, default=0.0)
     p.add_argument("--lora", action="store_true")
+    p.add_argument(
+        "--bf16", action="store_true", help="bf16=True (a GPU launch: FSDP / ZeRO-3 configs ask for bf16)"
+    )
     p.add_argument("--lora-sync", default="auto", help="GRPOConfig.lora_sync (auto: merged to a CPU server)")
     p.add_argument("--mask-truncated", action="store_true", help="mask_truncated_completions=True")
     p.add_argument("--check-logprobs", action="store_true")
@@ -286,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
         vllm_server_timeout=60,
         async_generation_timeout=120,
         seed=0,
+        bf16=a.bf16,
     )
     rank = args.process_index
     if not a.model_first:  # under ZeRO-3 it is then loaded under zero.Init, already sharded
@@ -314,6 +318,8 @@ def main(argv: list[str] | None = None) -> None:
         rank=rank,
         world_size=args.world_size,
         zero3=trainer._zero3(),
+        device=str(trainer.accelerator.device),
+        distributed_type=str(trainer.accelerator.distributed_type.value),
         sync_mode=trainer.syncer.mode,
         num_params=len(params),
         model_numel=sum(int(getattr(p, "ds_numel", p.numel())) for p in params),

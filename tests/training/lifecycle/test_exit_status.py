@@ -13,6 +13,13 @@ ZeRO-3, 2         ``configs/zero3-cpu.yaml``           ZERO3_ENV (tests/launch.p
 FSDP, 2           skipped: no FSDP without GPUs        skipped: the same
 ================  ===================================  =========================================
 
+On a GPU machine (marked ``gpu``; skipped without CUDA) the same run is launched as users launch
+it there, in bf16: one process, FSDP2 (``configs/fsdp.yaml``) and ZeRO-3 (``configs/zero3.yaml``)
+on as many GPUs as there are (two at most; FSDP and ZeRO-3 run as their own engines on one GPU),
+DDP on two, each under both launchers, plus a failed FSDP run. Each finished rank must report the
+engine the config asks for (accelerate's ``distributed_type``), never a silent fallback. On one
+H100 (2026-11-26): 8 passed, DDP skipped.
+
 Why each launch looks the way it does on a machine without CUDA (read from accelerate 1.15's
 ``state.py`` and transformers 5's ``TrainingArguments._setup_devices``):
 
@@ -66,9 +73,19 @@ FSDP_ON_CPU = (
 )
 
 
-def launch(layout: str, launcher: str, model: Path, url: str, out: Path, *args: str) -> tuple[int, str, int]:
+def launch(
+    layout: str,
+    launcher: str,
+    model: Path,
+    url: str,
+    out: Path,
+    *args: str,
+    device: str = "cpu",
+    world: int = 0,
+) -> tuple[int, str, int]:
     """Run ``dist_train.py``; (exit status, output, process count). Prints the time it took."""
-    cmd, env = command(layout, launcher)
+    world = world or (1 if layout == "single" else 2)
+    cmd, env = command(layout, launcher, world, device=device)
     script = [
         str(SCRIPT),
         "--fake",
@@ -81,9 +98,10 @@ def launch(layout: str, launcher: str, model: Path, url: str, out: Path, *args: 
         str(STEPS),
         *args,
     ]
-    rc, text, seconds = run([*cmd, *script], env, LIMIT_S, f"{layout} under {launcher}")
-    print(f"{layout} under {launcher}: exit {rc} after {seconds:.1f} s")
-    return rc, text, 1 if layout == "single" else 2
+    what = f"{layout} under {launcher}" + (f" on {world} GPU(s)" if device == "cuda" else "")
+    rc, text, seconds = run([*cmd, *script], env, LIMIT_S, what)
+    print(f"{what}: exit {rc} after {seconds:.1f} s")
+    return rc, text, world
 
 
 LAUNCHERS = ("accelerate", "torchrun")
@@ -114,3 +132,58 @@ def test_a_failed_run_exits_non_zero_with_its_cause(launcher, tiny_model_dir, fa
     cause = r"^(\[rank1\]: )?RuntimeError: injected failure on rank 1 at step 2$"
     assert re.search(cause, text, re.M), text[-4000:]
     assert "dist_train rank 1/2: done" not in text
+
+
+# -- on GPUs: the users' own launches (configs/zero3.yaml, configs/fsdp.yaml, bf16) ----------------
+
+DISTRIBUTED_TYPE = {"single": "NO", "ddp": "MULTI_GPU", "zero3": "DEEPSPEED", "fsdp": "FSDP"}
+
+
+def gpus(layout: str) -> int:
+    """How many processes a GPU case starts: one per GPU, two at most; FSDP and ZeRO-3 also run
+    (as their own engines, on a 1-rank group) on a machine with one GPU, DDP does not."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if layout == "ddp" and count < 2:
+        pytest.skip("DDP needs 2 GPUs; this machine has 1")
+    return 1 if layout == "single" else min(2, count)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("layout", ["single", "ddp", "zero3", "fsdp"])
+def test_a_finished_run_on_gpus_exits_0(layout, launcher, tiny_model_dir, fake_url, tmp_path):
+    world = gpus(layout)
+    rc, text, world = launch(
+        layout, launcher, tiny_model_dir, fake_url, tmp_path, "--bf16", device="cuda", world=world
+    )
+    assert rc == 0, f"{layout} under {launcher}: exit {rc}\n{text[-6000:]}"
+    for r in range(world):
+        assert f"dist_train rank {r}/{world}: done, {STEPS} steps" in text, text[-3000:]
+        rec = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert (rec["world_size"], rec["global_step"], rec["zero3"]) == (world, STEPS, layout == "zero3")
+        # accelerate names a one-process run's device "cuda", a distributed one's "cuda:<rank>".
+        assert rec["device"] in ("cuda", f"cuda:{r}"), rec["device"]
+        # The engine the config asks for, never a silent fallback (torchrun with one process is
+        # accelerate's MULTI_GPU over a 1-rank group).
+        expected = DISTRIBUTED_TYPE[layout]
+        if layout == "single" and launcher == "torchrun":
+            expected = "MULTI_GPU"
+        assert rec["distributed_type"] == expected, rec["distributed_type"]
+        assert rec["sync_mode"] and rec["global_step"] == STEPS
+    assert "terminate called" not in text and "Exception ignored" not in text, text[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_failed_run_on_a_gpu_exits_non_zero_with_its_cause(launcher, tiny_model_dir, fake_url, tmp_path):
+    rc, text, _ = launch(
+        "fsdp", launcher, tiny_model_dir, fake_url, tmp_path, "--bf16", "--crash-rank", "0",
+        device="cuda", world=1,
+    )  # fmt: skip
+    assert rc != 0, text[-3000:]
+    assert re.search(r"^(\[rank0\]: )?RuntimeError: injected failure on rank 0 at step 2$", text, re.M), text[
+        -4000:
+    ]
+    assert "dist_train rank 0/1: done" not in text
