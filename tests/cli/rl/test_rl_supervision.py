@@ -63,13 +63,21 @@ FLAKY_SERVER = (
     + FAKE_SERVER
 )
 
-# Steps every 0.1 s until `steps` are done (exit 0); the first SIGINT/SIGTERM "saves a
-# checkpoint" for `save_s` seconds and exits 128 + signal; a second one exits at once.
+# Steps every 0.1 s until `steps` are done (exit 0), or, given a file and a text, until a line
+# of the file starts with the text (vf-rl's log also shows this very command); the first SIGINT/SIGTERM "saves a checkpoint" for `save_s` seconds and
+# exits 128 + signal; a second one exits at once.
 CONTRACT_TRAINER = textwrap.dedent(
     """
     import os, signal, sys, time
     steps, save_s = int(sys.argv[1]), float(sys.argv[2])
+    until = sys.argv[3:5]
     got = []
+
+    def seen():
+        try:
+            return any(line.startswith(until[1]) for line in open(until[0]))
+        except OSError:
+            return False
 
     def on_signal(signum, frame):
         if got:
@@ -81,7 +89,7 @@ CONTRACT_TRAINER = textwrap.dedent(
     signal.signal(signal.SIGTERM, on_signal)
     print("trainer running", flush=True)
     for step in range(1, steps + 1):
-        if got:
+        if got or (until and seen()):
             break
         print(f"Step {step}/{steps}", flush=True)
         time.sleep(0.1)
@@ -102,10 +110,12 @@ def flaky_server(tmp_path: Path, port: int, lifetimes: str) -> list[str]:
     return [sys.executable, str(script), str(port), str(tmp_path / "starts.jsonl"), lifetimes]
 
 
-def contract_trainer(tmp_path: Path, steps: int = 1000, save_s: float = 1.5) -> list[str]:
+def contract_trainer(
+    tmp_path: Path, steps: int = 1000, save_s: float = 1.5, until: tuple[Path, str] | None = None
+) -> list[str]:
     script = tmp_path / "contract_trainer.py"
     script.write_text(CONTRACT_TRAINER)
-    return [sys.executable, str(script), str(steps), str(save_s)]
+    return [sys.executable, str(script), str(steps), str(save_s), *(map(str, until) if until else ())]
 
 
 def starts(tmp_path: Path) -> list[list]:
@@ -121,9 +131,12 @@ def status_lines(tmp_path: Path) -> str:
 
 def test_a_dead_server_is_restarted_with_the_same_command_and_env(tmp_path):
     port = free_port()
-    plan = make_plan(
-        tmp_path, flaky_server(tmp_path, port, "2.5,60"), contract_trainer(tmp_path, steps=40), port=port
+    # The trainer trains until vf-rl says the server is back (at most 100 s), not for a fixed
+    # 4 s: on a loaded machine the restarted server could take longer than that to be ready.
+    trainer = contract_trainer(
+        tmp_path, until=(tmp_path / "logs" / "vf-rl.log", "Inference server ready again")
     )
+    plan = make_plan(tmp_path, flaky_server(tmp_path, port, "2.5,60"), trainer, port=port)
     plan.server.env["VF_FAKE"] = "same env"
     assert Launcher(plan).run() == 0
     first, second = starts(tmp_path)
