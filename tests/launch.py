@@ -61,6 +61,10 @@ FSDP_GPU_ENV = {
 LAUNCH_VARIABLES = ("ACCELERATE_USE_CPU", *ZERO3_GPU_ENV, *FSDP_GPU_ENV)
 
 
+# What torchrun's workers need to run as accelerate would start them, per device and layout.
+TORCHRUN_ENV = {"cpu": {"zero3": ZERO3_ENV}, "cuda": {"zero3": ZERO3_GPU_ENV, "fsdp": FSDP_GPU_ENV}}
+
+
 def command(
     layout: str, launcher: str | None = "accelerate", processes: int | None = None, device: str = "cpu"
 ) -> tuple[list[str], dict[str, str]]:
@@ -73,11 +77,11 @@ def command(
     if launcher is None:
         assert world == 1 and layout == "single", "a plain python process is one process"
         return [sys.executable], env
-    if device == "cuda":
-        return _gpu_command(layout, launcher, world)
     if launcher == "accelerate":
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
-        if layout == "zero3":
+        if device == "cuda":
+            cmd += _accelerate_gpu_args(layout, world)
+        elif layout == "zero3":
             cmd += ["--config_file", str(ZERO3_CPU)]  # 2 processes
             if processes is not None:
                 cmd += ["--num_processes", str(processes)]
@@ -90,30 +94,20 @@ def command(
     elif launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
                "--master_port", str(free_port())]  # fmt: skip
-        if layout == "zero3":
-            env.update(ZERO3_ENV)
+        env.update(TORCHRUN_ENV[device].get(layout, {}))
     else:
         raise ValueError(f"unknown launcher {launcher!r}")
     return cmd, env
 
 
-def _gpu_command(layout: str, launcher: str, world: int) -> tuple[list[str], dict[str, str]]:
-    """A launch on ``world`` GPUs, configured as docs/training.md tells users to."""
-    env: dict[str, str] = {}
-    if launcher == "accelerate":
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
-        if layout in ("zero3", "fsdp"):
-            cmd += ["--config_file", str(ZERO3_GPU if layout == "zero3" else FSDP_GPU)]
-        else:
-            cmd += ["--multi_gpu"] if world > 1 else []
-            cmd += ["--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no"]
-        return [*cmd, "--num_processes", str(world)], env
-    if launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-               "--master_port", str(free_port())]  # fmt: skip
-        env.update({"zero3": ZERO3_GPU_ENV, "fsdp": FSDP_GPU_ENV}.get(layout, {}))
-        return cmd, env
-    raise ValueError(f"unknown launcher {launcher!r}")
+def _accelerate_gpu_args(layout: str, world: int) -> list[str]:
+    """``accelerate launch`` on ``world`` GPUs, configured as docs/training.md tells users to."""
+    if layout in ("zero3", "fsdp"):
+        args = ["--config_file", str(ZERO3_GPU if layout == "zero3" else FSDP_GPU)]
+    else:
+        args = ["--multi_gpu"] if world > 1 else []
+        args += ["--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no"]
+    return [*args, "--num_processes", str(world)]
 
 
 def run(argv: list[str], extra_env: dict[str, str], limit_s: float, what: str) -> tuple[int, str, float]:
