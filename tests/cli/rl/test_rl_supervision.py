@@ -64,8 +64,9 @@ FLAKY_SERVER = (
 )
 
 # Steps every 0.1 s until `steps` are done (exit 0), or, given a file and a text, until a line
-# of the file starts with the text (vf-rl's log also shows this very command); the first SIGINT/SIGTERM "saves a checkpoint" for `save_s` seconds and
-# exits 128 + signal; a second one exits at once.
+# of the file starts with the text (vf-rl's log also shows this very command); the first
+# SIGINT/SIGTERM "saves a checkpoint" for `save_s` seconds and exits 128 + signal; a second
+# one exits at once.
 CONTRACT_TRAINER = textwrap.dedent(
     """
     import os, signal, sys, time
