@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -228,9 +230,22 @@ def test_update_never_committed_expires_and_generation_resumes(client, base_mode
     assert sample(client, model_name(client))[1]
 
 
+def bound_unix_sockets(pid: int) -> set[Path]:
+    """Paths of the Unix sockets that process ``pid`` and its descendants have bound."""
+    import psutil  # a vLLM dependency
+
+    root = psutil.Process(pid)
+    procs = [root, *root.children(recursive=True)]
+    return {Path(c.laddr) for p in procs for c in p.net_connections(kind="unix") if c.laddr}
+
+
 @pytest.mark.server
 def test_restart_is_detected_and_client_recovers(server, client, base_model):
+    # vLLM's engine sockets live in the server's own directory, which its stop removes.
+    (sockets,) = {path.parent for path in bound_unix_sockets(server.proc.pid)}
+    assert sockets.name.startswith("vf-vllm-ipc-") and Path(tempfile.gettempdir()) == sockets.parent
     server.stop()
+    assert not sockets.exists(), sorted(sockets.iterdir())
     with pytest.raises(ServerUnreachableError) as info:
         client.wait_until_ready(timeout=2)
     assert server.url in str(info.value)
@@ -272,6 +287,25 @@ def test_cli_defaults_and_retired_flags(capsys):
     assert args.logprobs_mode == "raw_logprobs" and args.enable_chunked_prefill is True
     args, settings = parse_args(["--model", "m", "--host", "0.0.0.0", "--admin-token", "t"])
     assert not settings.loopback and settings.admin_token == "t"
+
+
+def test_engine_sockets_get_a_private_directory_unless_the_user_chose_one(tmp_path, monkeypatch):
+    from verifiers.cli.vllm import private_ipc_dir
+
+    env: dict[str, str] = {}
+    with private_ipc_dir(env) as path:
+        assert env["VLLM_RPC_BASE_PATH"] == path and Path(path).is_dir()
+        (Path(path) / "engine-socket").touch()  # what vLLM binds there
+    assert "VLLM_RPC_BASE_PATH" not in env and not Path(path).exists()
+    env = {"VLLM_RPC_BASE_PATH": str(tmp_path)}  # the user's: used as is, never deleted
+    with private_ipc_dir(env) as path:
+        assert path is None and env == {"VLLM_RPC_BASE_PATH": str(tmp_path)}
+    assert tmp_path.is_dir()
+    long_tmp = tmp_path / ("d" * (107 - len(str(tmp_path)) - 40))  # a socket path under it would not fit
+    long_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
+    with private_ipc_dir(env := {}) as path:
+        assert path is None and env == {}  # vLLM's default (the temp dir itself) stays
 
 
 def test_cli_sizes_the_cpu_kv_cache_unless_the_user_does(tiny_model_dir, capsys, monkeypatch):

@@ -34,6 +34,9 @@ Differences from ``vllm serve``, each on purpose:
   API process (verifiers/inference/cpu_binding.py): the trainer waits while the
   server generates, so a reserved core would idle. ``VLLM_CPU_OMP_THREADS_BIND``
   set by the user wins. One line says the cores.
+* vLLM's ZMQ socket files go to a ``vf-vllm-ipc-*`` directory of the server's own in
+  the temp dir, removed when it exits (``vllm serve`` leaves 7 of them in /tmp at
+  every start). A ``$VLLM_RPC_BASE_PATH`` of yours is used as is.
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 * Tools reach every model: when the model's chat template ignores ``tools`` and no
@@ -51,11 +54,14 @@ Run it as ``vf-vllm --model DIR`` or ``python -m verifiers.cli.vllm --model DIR`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
+import shutil
 import sys
-from collections.abc import MutableMapping, Sequence
+import tempfile
+from collections.abc import Iterator, MutableMapping, Sequence
 
 from verifiers.cli.common import int_at_least, positive_float
 from verifiers.errors import ConfigError, VerifiersError, nearest
@@ -533,6 +539,37 @@ def server_env_defaults(environ: MutableMapping[str, str]) -> None:
         environ.setdefault(name, value)
 
 
+# Longest path a Unix socket may have (sun_path holds 108 bytes with its NUL).
+_SOCKET_PATH_MAX = 107
+
+
+@contextlib.contextmanager
+def private_ipc_dir(environ: MutableMapping[str, str]) -> Iterator[str | None]:
+    """Give vLLM's ZMQ sockets a directory of this server's own, removed when the server ends.
+
+    vLLM binds its engine sockets as ``ipc://$VLLM_RPC_BASE_PATH/<uuid>`` (default: the temp
+    dir) and never unlinks them: each start and stop of vLLM 0.26-0.32 left 7 socket files in
+    /tmp. Here they go to one ``vf-vllm-ipc-*`` directory (the engine processes inherit the
+    variable) that the server deletes on its way out. A ``VLLM_RPC_BASE_PATH`` of the user's
+    wins. Yields the directory, or None where vLLM's default stays (the user's choice, or a temp
+    dir so long that a socket path under a subdirectory would not fit).
+    """
+    if environ.get("VLLM_RPC_BASE_PATH"):
+        yield None
+        return
+    base = tempfile.gettempdir()
+    if len(base) + len("/vf-vllm-ipc-xxxxxxxx/") + 36 > _SOCKET_PATH_MAX:  # 36: a uuid4
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix="vf-vllm-ipc-", dir=base)
+    environ["VLLM_RPC_BASE_PATH"] = path
+    try:
+        yield path
+    finally:
+        environ.pop("VLLM_RPC_BASE_PATH", None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         import vllm  # noqa: F401
@@ -561,10 +598,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (VerifiersError, ValueError, KeyError) as e:  # vLLM's own checks raise the latter two
         print(f"error: {e}", file=sys.stderr)
         return 2
-    try:
-        uvloop.run(run_server(args, settings))
-    except KeyboardInterrupt:
-        pass
+    with private_ipc_dir(os.environ):
+        try:
+            uvloop.run(run_server(args, settings))
+        except KeyboardInterrupt:
+            pass
     return 0
 
 
