@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import shutil
 import tempfile
 import threading
 import time
@@ -241,9 +242,9 @@ def bound_unix_sockets(pid: int) -> set[Path]:
 
 @pytest.mark.server
 def test_restart_is_detected_and_client_recovers(server, client, base_model):
-    # vLLM's engine sockets live in the server's own directory, which its stop removes.
+    # vLLM's engine sockets live in the server's own temp dir, which its stop removes.
     (sockets,) = {path.parent for path in bound_unix_sockets(server.proc.pid)}
-    assert sockets.name.startswith("vf-vllm-ipc-") and Path(tempfile.gettempdir()) == sockets.parent
+    assert sockets.name.startswith("vf-vllm-") and Path(tempfile.gettempdir()) == sockets.parent
     server.stop()
     assert not sockets.exists(), sorted(sockets.iterdir())
     with pytest.raises(ServerUnreachableError) as info:
@@ -289,23 +290,36 @@ def test_cli_defaults_and_retired_flags(capsys):
     assert not settings.loopback and settings.admin_token == "t"
 
 
-def test_engine_sockets_get_a_private_directory_unless_the_user_chose_one(tmp_path, monkeypatch):
-    from verifiers.cli.vllm import private_ipc_dir
+@pytest.fixture
+def short_tmp():
+    """An empty directory under the temp dir (pytest's tmp_path is too long for socket paths)."""
+    path = Path(tempfile.mkdtemp(prefix="vf-t-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
+
+def test_the_server_gets_a_temp_dir_of_its_own_removed_at_exit(short_tmp, monkeypatch):
+    from verifiers.cli.vllm import private_temp_dir
+
+    tmp_path = short_tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the user's temp dir
     env: dict[str, str] = {}
-    with private_ipc_dir(env) as path:
-        assert env["VLLM_RPC_BASE_PATH"] == path and Path(path).is_dir()
-        (Path(path) / "engine-socket").touch()  # what vLLM binds there
-    assert "VLLM_RPC_BASE_PATH" not in env and not Path(path).exists()
-    env = {"VLLM_RPC_BASE_PATH": str(tmp_path)}  # the user's: used as is, never deleted
-    with private_ipc_dir(env) as path:
-        assert path is None and env == {"VLLM_RPC_BASE_PATH": str(tmp_path)}
-    assert tmp_path.is_dir()
+    with private_temp_dir(env) as path:
+        assert Path(path).parent == tmp_path and Path(path).name.startswith("vf-vllm-")
+        assert env == {"TMPDIR": path, "VLLM_RPC_BASE_PATH": path} and tempfile.gettempdir() == path
+        (Path(path) / "engine-socket").touch()  # what vLLM leaves there
+    assert env == {} and not Path(path).exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mine = {"TMPDIR": str(tmp_path), "VLLM_RPC_BASE_PATH": "/run/my-sockets"}
+    env = dict(mine)
+    with private_temp_dir(env) as path:
+        assert env == {**mine, "TMPDIR": path}  # the user's socket directory is kept
+    assert env == mine and list(tmp_path.iterdir()) == []
     long_tmp = tmp_path / ("d" * (107 - len(str(tmp_path)) - 40))  # a socket path under it would not fit
     long_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
-    with private_ipc_dir(env := {}) as path:
-        assert path is None and env == {}  # vLLM's default (the temp dir itself) stays
+    with private_temp_dir(env := {}) as path:
+        assert path is None and env == {} and tempfile.gettempdir() == str(long_tmp)  # nothing changes
 
 
 def test_cli_sizes_the_cpu_kv_cache_unless_the_user_does(tiny_model_dir, capsys, monkeypatch):

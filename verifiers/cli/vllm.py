@@ -34,9 +34,10 @@ Differences from ``vllm serve``, each on purpose:
   API process (verifiers/inference/cpu_binding.py): the trainer waits while the
   server generates, so a reserved core would idle. ``VLLM_CPU_OMP_THREADS_BIND``
   set by the user wins. One line says the cores.
-* vLLM's ZMQ socket files go to a ``vf-vllm-ipc-*`` directory of the server's own in
-  the temp dir, removed when it exits (``vllm serve`` leaves 7 of them in /tmp at
-  every start). A ``$VLLM_RPC_BASE_PATH`` of yours is used as is.
+* The server's temp files go to a ``vf-vllm-*`` directory of its own in the temp
+  dir, removed when it exits: ``vllm serve`` leaves its ZMQ socket files (7 at
+  every start) and, on CPU, a ``vllm_dist_*`` file in /tmp. A
+  ``$VLLM_RPC_BASE_PATH`` of yours is used as is.
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 * Tools reach every model: when the model's chat template ignores ``tools`` and no
@@ -544,29 +545,37 @@ _SOCKET_PATH_MAX = 107
 
 
 @contextlib.contextmanager
-def private_ipc_dir(environ: MutableMapping[str, str]) -> Iterator[str | None]:
-    """Give vLLM's ZMQ sockets a directory of this server's own, removed when the server ends.
+def private_temp_dir(environ: MutableMapping[str, str]) -> Iterator[str | None]:
+    """Give the server and its engine processes a temp dir of their own, removed when it ends.
 
-    vLLM binds its engine sockets as ``ipc://$VLLM_RPC_BASE_PATH/<uuid>`` (default: the temp
-    dir) and never unlinks them: each start and stop of vLLM 0.26-0.32 left 7 socket files in
-    /tmp. Here they go to one ``vf-vllm-ipc-*`` directory (the engine processes inherit the
-    variable) that the server deletes on its way out. A ``VLLM_RPC_BASE_PATH`` of the user's
-    wins. Yields the directory, or None where vLLM's default stays (the user's choice, or a temp
-    dir so long that a socket path under a subdirectory would not fit).
+    vLLM leaves files in the temp dir at every start and never removes them: its engine's ZMQ
+    sockets (``ipc://$VLLM_RPC_BASE_PATH/<uuid>``, 7 per start with vLLM 0.26-0.32) and, on
+    CPU, the ``vllm_dist_<hex>`` file of its torch.distributed rendezvous. Here the temp dir
+    (``TMPDIR`` for the engine processes, which inherit it, and ``tempfile.tempdir`` in this
+    one) and ``VLLM_RPC_BASE_PATH`` are one ``vf-vllm-*`` directory under the user's temp dir,
+    which the server deletes on its way out. A ``VLLM_RPC_BASE_PATH`` of the user's is kept.
+    Yields the directory, or None where nothing changes: a temp dir so long that a socket path
+    under a subdirectory would not fit.
     """
-    if environ.get("VLLM_RPC_BASE_PATH"):
-        yield None
-        return
     base = tempfile.gettempdir()
-    if len(base) + len("/vf-vllm-ipc-xxxxxxxx/") + 36 > _SOCKET_PATH_MAX:  # 36: a uuid4
+    if len(base) + len("/vf-vllm-xxxxxxxx/") + 36 > _SOCKET_PATH_MAX:  # 36: a uuid4
         yield None
         return
-    path = tempfile.mkdtemp(prefix="vf-vllm-ipc-", dir=base)
-    environ["VLLM_RPC_BASE_PATH"] = path
+    path = tempfile.mkdtemp(prefix="vf-vllm-", dir=base)
+    saved = {name: environ.get(name) for name in ("TMPDIR", "VLLM_RPC_BASE_PATH")}
+    environ["TMPDIR"] = path
+    if not saved["VLLM_RPC_BASE_PATH"]:
+        environ["VLLM_RPC_BASE_PATH"] = path
+    tempfile.tempdir = path
     try:
         yield path
     finally:
-        environ.pop("VLLM_RPC_BASE_PATH", None)
+        tempfile.tempdir = None  # computed again from the restored TMPDIR
+        for name, value in saved.items():
+            if value is None:
+                environ.pop(name, None)
+            else:
+                environ[name] = value
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -598,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (VerifiersError, ValueError, KeyError) as e:  # vLLM's own checks raise the latter two
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with private_ipc_dir(os.environ):
+    with private_temp_dir(os.environ):
         try:
             uvloop.run(run_server(args, settings))
         except KeyboardInterrupt:
