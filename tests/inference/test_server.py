@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 import shutil
 import tempfile
 import threading
@@ -242,11 +243,15 @@ def bound_unix_sockets(pid: int) -> set[Path]:
 
 @pytest.mark.server
 def test_restart_is_detected_and_client_recovers(server, client, base_model):
-    # vLLM's engine sockets live in the server's own temp dir, which its stop removes.
+    # What vLLM leaves in the temp dir goes with the server: its engine sockets live in a
+    # directory of the server's own, and its rendezvous file (vLLM 0.32 logs it; 0.26 uses TCP).
     (sockets,) = {path.parent for path in bound_unix_sockets(server.proc.pid)}
-    assert sockets.name.startswith("vf-vllm-") and Path(tempfile.gettempdir()) == sockets.parent
+    assert sockets.name.startswith("vf-vllm-ipc-") and Path(tempfile.gettempdir()) == sockets.parent
+    rendezvous = {Path(m) for m in re.findall(r"file://(\S*/vllm_dist_[0-9a-f]+)", server.tail(10**7))}
+    assert all(path.exists() for path in rendezvous)
     server.stop()
     assert not sockets.exists(), sorted(sockets.iterdir())
+    assert not [path for path in rendezvous if path.exists()]
     with pytest.raises(ServerUnreachableError) as info:
         client.wait_until_ready(timeout=2)
     assert server.url in str(info.value)
@@ -298,28 +303,38 @@ def short_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_the_server_gets_a_temp_dir_of_its_own_removed_at_exit(short_tmp, monkeypatch):
-    from verifiers.cli.vllm import private_temp_dir
+def test_engine_sockets_get_a_directory_of_their_own_unless_the_user_chose_one(short_tmp, monkeypatch):
+    from verifiers.cli.vllm import private_ipc_dir
 
-    tmp_path = short_tmp
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the user's temp dir
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))  # the user's temp dir
     env: dict[str, str] = {}
-    with private_temp_dir(env) as path:
-        assert Path(path).parent == tmp_path and Path(path).name.startswith("vf-vllm-")
-        assert env == {"TMPDIR": path, "VLLM_RPC_BASE_PATH": path} and tempfile.gettempdir() == path
-        (Path(path) / "engine-socket").touch()  # what vLLM leaves there
-    assert env == {} and not Path(path).exists() and list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    mine = {"TMPDIR": str(tmp_path), "VLLM_RPC_BASE_PATH": "/run/my-sockets"}
-    env = dict(mine)
-    with private_temp_dir(env) as path:
-        assert env == {**mine, "TMPDIR": path}  # the user's socket directory is kept
-    assert env == mine and list(tmp_path.iterdir()) == []
-    long_tmp = tmp_path / ("d" * (107 - len(str(tmp_path)) - 40))  # a socket path under it would not fit
+    with private_ipc_dir(env) as path:
+        assert env == {"VLLM_RPC_BASE_PATH": path} and Path(path).parent == short_tmp
+        (Path(path) / "engine-socket").touch()  # what vLLM binds there
+    assert env == {} and list(short_tmp.iterdir()) == []
+    env = {"VLLM_RPC_BASE_PATH": str(short_tmp)}  # the user's: used as is, never deleted
+    with private_ipc_dir(env) as path:
+        assert path is None and env == {"VLLM_RPC_BASE_PATH": str(short_tmp)}
+    assert short_tmp.is_dir()
+    long_tmp = short_tmp / ("d" * (107 - len(str(short_tmp)) - 40))  # a socket path under it would not fit
     long_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
-    with private_temp_dir(env := {}) as path:
-        assert path is None and env == {} and tempfile.gettempdir() == str(long_tmp)  # nothing changes
+    with private_ipc_dir(env := {}) as path:
+        assert path is None and env == {}  # vLLM's default (the temp dir itself) stays
+
+
+def test_the_workers_name_their_rendezvous_file_only_when_it_is_vllms():
+    from verifiers.inference.worker import WeightSyncExtension
+
+    worker = WeightSyncExtension()
+    assert worker.vf_rendezvous_file() is None  # no attribute: not a vLLM worker
+    for method, expected in [
+        ("file:///tmp/vllm_dist_0a1b", "/tmp/vllm_dist_0a1b"),
+        ("tcp://127.0.0.1:29500", None),
+        ("file:///home/me/my-store", None),  # someone else's file: never removed
+    ]:
+        worker.distributed_init_method = method
+        assert worker.vf_rendezvous_file() == expected
 
 
 def test_cli_sizes_the_cpu_kv_cache_unless_the_user_does(tiny_model_dir, capsys, monkeypatch):

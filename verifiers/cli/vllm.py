@@ -34,10 +34,10 @@ Differences from ``vllm serve``, each on purpose:
   API process (verifiers/inference/cpu_binding.py): the trainer waits while the
   server generates, so a reserved core would idle. ``VLLM_CPU_OMP_THREADS_BIND``
   set by the user wins. One line says the cores.
-* The server's temp files go to a ``vf-vllm-*`` directory of its own in the temp
-  dir, removed when it exits: ``vllm serve`` leaves its ZMQ socket files (7 at
-  every start) and, on CPU, a ``vllm_dist_*`` file in /tmp. A
-  ``$VLLM_RPC_BASE_PATH`` of yours is used as is.
+* What ``vllm serve`` leaves in /tmp at every start is removed when the server exits:
+  its engine's ZMQ socket files (7; vf-vllm puts them in ``/tmp/vf-vllm-ipc-*``, a
+  directory of its own, unless ``$VLLM_RPC_BASE_PATH`` is set) and, with vLLM
+  0.32, the workers' ``vllm_dist_*`` rendezvous file.
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 * Tools reach every model: when the model's chat template ignores ``tools`` and no
@@ -492,6 +492,7 @@ async def run_server(args, settings) -> None:
             app = build_app(args, tasks, engine.model_config)
             state = attach(app, engine, settings, device=current_platform.device_type)
             await state.probe_devices()  # the workers' GPU UUIDs, for the trainer's ipc/nccl choice
+            await state.note_rendezvous_files()  # vLLM leaves them in the temp dir; cleanup removes them
             await init_app_state(engine, app.state, args, tasks)
             logger.info("vf-vllm: serving %s on %s (trainer routes under /vf)", args.model, listen_address)
             shutdown = await serve_http(
@@ -545,37 +546,29 @@ _SOCKET_PATH_MAX = 107
 
 
 @contextlib.contextmanager
-def private_temp_dir(environ: MutableMapping[str, str]) -> Iterator[str | None]:
-    """Give the server and its engine processes a temp dir of their own, removed when it ends.
+def private_ipc_dir(environ: MutableMapping[str, str]) -> Iterator[str | None]:
+    """Give vLLM's ZMQ sockets a directory of this server's own, removed when the server ends.
 
-    vLLM leaves files in the temp dir at every start and never removes them: its engine's ZMQ
-    sockets (``ipc://$VLLM_RPC_BASE_PATH/<uuid>``, 7 per start with vLLM 0.26-0.32) and, on
-    CPU, the ``vllm_dist_<hex>`` file of its torch.distributed rendezvous. Here the temp dir
-    (``TMPDIR`` for the engine processes, which inherit it, and ``tempfile.tempdir`` in this
-    one) and ``VLLM_RPC_BASE_PATH`` are one ``vf-vllm-*`` directory under the user's temp dir,
-    which the server deletes on its way out. A ``VLLM_RPC_BASE_PATH`` of the user's is kept.
-    Yields the directory, or None where nothing changes: a temp dir so long that a socket path
-    under a subdirectory would not fit.
+    vLLM binds its engine sockets as ``ipc://$VLLM_RPC_BASE_PATH/<uuid>`` (default: the temp
+    dir) and never unlinks them: each start and stop of vLLM 0.26-0.32 left 7 socket files in
+    /tmp. Here they go to one ``vf-vllm-ipc-*`` directory (the engine processes inherit the
+    variable) that the server deletes on its way out. A ``VLLM_RPC_BASE_PATH`` of the user's
+    wins. Yields the directory, or None where vLLM's default stays (the user's choice, or a temp
+    dir so long that a socket path under a subdirectory would not fit).
     """
-    base = tempfile.gettempdir()
-    if len(base) + len("/vf-vllm-xxxxxxxx/") + 36 > _SOCKET_PATH_MAX:  # 36: a uuid4
+    if environ.get("VLLM_RPC_BASE_PATH"):
         yield None
         return
-    path = tempfile.mkdtemp(prefix="vf-vllm-", dir=base)
-    saved = {name: environ.get(name) for name in ("TMPDIR", "VLLM_RPC_BASE_PATH")}
-    environ["TMPDIR"] = path
-    if not saved["VLLM_RPC_BASE_PATH"]:
-        environ["VLLM_RPC_BASE_PATH"] = path
-    tempfile.tempdir = path
+    base = tempfile.gettempdir()
+    if len(base) + len("/vf-vllm-ipc-xxxxxxxx/") + 36 > _SOCKET_PATH_MAX:  # 36: a uuid4
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix="vf-vllm-ipc-", dir=base)
+    environ["VLLM_RPC_BASE_PATH"] = path
     try:
         yield path
     finally:
-        tempfile.tempdir = None  # computed again from the restored TMPDIR
-        for name, value in saved.items():
-            if value is None:
-                environ.pop(name, None)
-            else:
-                environ[name] = value
+        environ.pop("VLLM_RPC_BASE_PATH", None)
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -607,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (VerifiersError, ValueError, KeyError) as e:  # vLLM's own checks raise the latter two
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with private_temp_dir(os.environ):
+    with private_ipc_dir(os.environ):
         try:
             uvloop.run(run_server(args, settings))
         except KeyboardInterrupt:

@@ -65,7 +65,9 @@ token is set. Bound anywhere else they need the token (``--admin-token`` or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -539,7 +541,11 @@ def attach(app: FastAPI, engine: Any, settings: Settings, device: str = "cpu") -
 
 
 def cleanup(state: State) -> None:
-    """At shutdown: remove the adapter folders vf wrote (they live as long as the server)."""
+    """At shutdown: remove the adapter folders vf wrote (they live as long as the server), and
+    vLLM's rendezvous files (it leaves one in the temp dir at every start)."""
     for path in state.lora_paths.values():
         if transport.is_transfer_name(path, "lora"):
             shutil.rmtree(path, ignore_errors=True)
+    for path in state.rendezvous_files:
+        with contextlib.suppress(OSError):
+            os.remove(path)

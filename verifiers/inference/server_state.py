@@ -114,6 +114,7 @@ class State:
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     device_uuids: list[str] = field(default_factory=list)  # physical GPUs of the workers
     weights_broken: str | None = None  # a rollback failed: the model may run on meta tensors
+    rendezvous_files: list[str] = field(default_factory=list)  # vLLM's, removed at exit (cleanup)
 
     async def call(
         self, awaitable: Awaitable[Any], stage: str, timeout: float, what: str, status: int = 500
@@ -150,6 +151,19 @@ class State:
             except RouteError as e:  # health then reports none: clients fall back to NCCL/shm
                 logger.warning("could not read the workers' GPU UUIDs: %s", e.message)
         return self.device_uuids
+
+    async def note_rendezvous_files(self) -> list[str]:
+        """Ask the workers for the ``vllm_dist_*`` files vLLM made in the temp dir; once, at start.
+
+        vLLM never removes them (one per server start); ``cleanup`` does, after the engine ended.
+        """
+        try:
+            found = await self.rpc_all("vf_rendezvous_file", "init", 30.0)
+        except RouteError as e:  # the file stays behind: nothing else depends on it
+            logger.warning("could not ask the workers for their rendezvous file: %s", e.message)
+            found = []
+        self.rendezvous_files = sorted({str(path) for path in found if path})
+        return self.rendezvous_files
 
     async def pause(self, mode: str, timeout: float) -> None:
         await self.call(

@@ -296,6 +296,18 @@ class WeightSyncExtension:
             torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index).uuid
         )
 
+    def vf_rendezvous_file(self) -> str | None:
+        """vLLM's torch.distributed rendezvous file, when it made one in the temp dir.
+
+        vLLM 0.32 starts its workers' process group from ``file://<tmp>/vllm_dist_<hex>`` and
+        never removes that file; the server does at exit (:func:`verifiers.inference.server.cleanup`).
+        """
+        method = str(getattr(self, "distributed_init_method", None) or "")
+        path = method.removeprefix("file://")
+        return (
+            path if method.startswith("file://") and os.path.basename(path).startswith("vllm_dist_") else None
+        )
+
     def _vf_cpu_kernels(self) -> dict[int, Any]:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         return {id(m): m.cpu_linear for m in model.modules() if hasattr(m, "cpu_linear")}
