@@ -13,10 +13,13 @@ One server serves both (a start costs ~40 s on 2 cores).
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -143,12 +146,24 @@ def test_vf_rl_plain_cpu_config_starts_its_server_and_trains(tiny_model_dir, tmp
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "environments" / "reverse_text")]),
     }
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
-    out = subprocess.run(
-        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    # The run's own temp dir (short: vLLM's socket paths under it must fit in 107 bytes), to see
+    # what the run leaves there.
+    env["TMPDIR"] = run_tmp = tempfile.mkdtemp(prefix="vf-rl-tmp-")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        # torch's inductor cache lives there by default: one folder that the next run reuses.
+        left = sorted(
+            p.name for p in Path(run_tmp).iterdir() if p.name != f"torchinductor_{getpass.getuser()}"
+        )
+    finally:
+        shutil.rmtree(run_tmp, ignore_errors=True)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-4000:]
+    # vLLM's engine sockets and rendezvous file went with the server; nothing else stayed.
+    assert left == [], left
     # 8 rollouts a step × max_seq_len 256, raised to one sequence of the tiny model's length (2048) + a block.
     assert "--kv-cache-tokens 2048" in text and "Step 1/1:" in text, text[-4000:]
     log = (tmp_path / "outputs" / "resume-e2e" / "logs" / "inference.log").read_text()

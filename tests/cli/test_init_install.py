@@ -159,6 +159,7 @@ def test_install_of_an_installed_or_bundled_environment(tmp_path, capsys, monkey
 def test_init_install_load_roundtrip(tmp_path, name, monkeypatch, capsys):
     """vf-init -> vf-install (real pip -e into this venv) -> load_environment, in this process and a new one."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(vf_install.tempfile, "tempdir", str(tmp_path))  # pip's log: not left in /tmp
     module = name.replace("-", "_")
     try:
         assert vf_init.main([name]) == 0
