@@ -38,6 +38,12 @@ def name():
     return f"vf-test-init-{uuid.uuid4().hex[:6]}"
 
 
+@pytest.fixture(autouse=True)
+def install_logs_in_tmp_path(tmp_path, monkeypatch):
+    """vf-install writes pip's log to the temp dir: here each test's own, so that no run leaves one in /tmp."""
+    monkeypatch.setattr(vf_install.tempfile, "tempdir", str(tmp_path))
+
+
 def test_init_writes_an_installable_package(tmp_path, name, capsys):
     assert vf_init.main([name, "--path", str(tmp_path)]) == 0
     module = name.replace("-", "_")
@@ -159,7 +165,6 @@ def test_install_of_an_installed_or_bundled_environment(tmp_path, capsys, monkey
 def test_init_install_load_roundtrip(tmp_path, name, monkeypatch, capsys):
     """vf-init -> vf-install (real pip -e into this venv) -> load_environment, in this process and a new one."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(vf_install.tempfile, "tempdir", str(tmp_path))  # pip's log: not left in /tmp
     module = name.replace("-", "_")
     try:
         assert vf_init.main([name]) == 0
@@ -200,8 +205,6 @@ def _fake_pip(tmp_path, monkeypatch, script: str) -> None:
     fake.chmod(0o755)
     monkeypatch.setattr(vf_install.sys, "executable", str(fake))
     monkeypatch.setattr(progress, "HEARTBEAT_S", 0.1)
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(vf_install.tempfile, "tempdir", None)  # re-read TMPDIR
 
 
 def test_install_shows_progress_and_keeps_pips_output_in_a_log(tmp_path, capsys, monkeypatch):
