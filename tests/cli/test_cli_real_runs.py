@@ -16,10 +16,8 @@ import contextlib
 import getpass
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -129,7 +127,7 @@ def test_vf_train_resume_from_checkpoint_continues_the_step_count(plain_server, 
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_vf_rl_plain_cpu_config_starts_its_server_and_trains(tiny_model_dir, tmp_path):
+def test_vf_rl_plain_cpu_config_starts_its_server_and_trains(tiny_model_dir, tmp_path, short_tmp):
     """A guide-style TOML (``[inference] gpus = 0``, no memory flags): vf-rl sizes the cache for the run."""
     from tests.vllm_server import free_port
 
@@ -146,23 +144,16 @@ def test_vf_rl_plain_cpu_config_starts_its_server_and_trains(tiny_model_dir, tmp
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "environments" / "reverse_text")]),
     }
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
-    # The run's own temp dir (short: vLLM's socket paths under it must fit in 107 bytes), to see
-    # what the run leaves there.
-    env["TMPDIR"] = run_tmp = tempfile.mkdtemp(prefix="vf-rl-tmp-")
-    try:
-        out = subprocess.run(
-            [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        # torch's inductor cache lives there by default: one folder that the next run reuses.
-        left = sorted(
-            p.name for p in Path(run_tmp).iterdir() if p.name != f"torchinductor_{getpass.getuser()}"
-        )
-    finally:
-        shutil.rmtree(run_tmp, ignore_errors=True)
+    env["TMPDIR"] = str(short_tmp)  # the run's own temp dir, to see what the run leaves there
+    out = subprocess.run(
+        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-4000:]
-    # vLLM's engine sockets and rendezvous file went with the server; nothing else stayed.
+    # vLLM's engine sockets and rendezvous file went with the server; nothing else stayed but
+    # torch's inductor cache (its default place: one folder that the next run reuses).
+    left = sorted(p.name for p in short_tmp.iterdir() if p.name != f"torchinductor_{getpass.getuser()}")
     assert left == [], left
     # 8 rollouts a step × max_seq_len 256, raised to one sequence of the tiny model's length (2048) + a block.
     assert "--kv-cache-tokens 2048" in text and "Step 1/1:" in text, text[-4000:]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
-import shutil
 import tempfile
 import threading
 import time
@@ -293,14 +292,6 @@ def test_cli_defaults_and_retired_flags(capsys):
     assert args.logprobs_mode == "raw_logprobs" and args.enable_chunked_prefill is True
     args, settings = parse_args(["--model", "m", "--host", "0.0.0.0", "--admin-token", "t"])
     assert not settings.loopback and settings.admin_token == "t"
-
-
-@pytest.fixture
-def short_tmp():
-    """An empty directory under the temp dir (pytest's tmp_path is too long for socket paths)."""
-    path = Path(tempfile.mkdtemp(prefix="vf-t-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_engine_sockets_get_a_directory_of_their_own_unless_the_user_chose_one(short_tmp, monkeypatch):
