@@ -79,6 +79,7 @@ def command(
         return [sys.executable], env
     if launcher == "accelerate":
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port())]
+        cmd += ["--log_dir", os.devnull]  # as vf-rl launches: no /tmp/torchelastic_* folder a launch
         if device == "cuda":
             cmd += _accelerate_gpu_args(layout, world)
         elif layout == "zero3":
@@ -93,7 +94,7 @@ def command(
                 env["ACCELERATE_USE_CPU"] = "1"  # `--cpu` would start one process
     elif launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-               "--master_port", str(free_port())]  # fmt: skip
+               "--master_port", str(free_port()), "--log-dir", os.devnull]  # fmt: skip
         env.update(TORCHRUN_ENV[device].get(layout, {}))
     else:
         raise ValueError(f"unknown launcher {launcher!r}")

@@ -154,12 +154,12 @@ def test_dry_run_multi_gpu_uses_accelerate(config_file, capsys, tmp_path):
     assert "inference: CUDA_VISIBLE_DEVICES=0,1 " in out and "--data-parallel-size 2" in out
     assert (
         f"trainer: CUDA_VISIBLE_DEVICES=2,3 {sys.executable} -m accelerate.commands.launch --num_processes 2 "
-        f"--multi_gpu -m verifiers.cli.train @ {config_file}"
+        f"--log_dir /dev/null --multi_gpu -m verifiers.cli.train @ {config_file}"
     ) in out
     zero3 = tmp_path / "zero3.yaml"
     zero3.write_text("distributed_type: DEEPSPEED\n")
     rl_cli.main([*argv, "--trainer.accelerate_config", str(zero3)])
-    assert f"--num_processes 2 --config_file {zero3} -m verifiers.cli.train" in capsys.readouterr().out
+    assert f"--log_dir /dev/null --config_file {zero3} -m verifiers.cli.train" in capsys.readouterr().out
 
 
 def test_dry_run_lists_environments_to_install(tmp_path, monkeypatch, capsys):

@@ -223,3 +223,35 @@ def test_tmux_mode_shows_panes_and_stops_everything(tmp_path):
     assert "error: training failed with exit status 5" in text
     assert "[trainer] Step 3/3" in text  # the failed side's last lines, once tmux is gone
     assert (tmp_path / "logs" / "vf-rl.log").read_text().startswith("Starting the inference server")
+
+
+RANK_SCRIPT = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n"
+
+
+def test_a_multi_process_trainer_launch_leaves_nothing_in_the_temp_dir(tmp_path, short_tmp):
+    """vf-rl's own ``accelerate launch`` prefix, run for real (2 CPU processes): torch's elastic agent
+    makes no ``torchelastic_*`` folder. The same launch without ``--log_dir`` leaves one, so the
+    check would see it."""
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG)
+    argv = ["@", str(cfg), "--inference.gpus", "2", "--trainer.gpus", "2"]
+    cli = rl_cli.parse_command_line(argv, "vf-rl", rl_cli.FLAGS, rl_cli.DESCRIPTION)
+    trainer = rl_cli.build_plan(rl_cli.load_config(cli.configs, cli.overrides), cli, gpu_ids=None).trainer
+    launch = trainer.cmd[: trainer.cmd.index("verifiers.cli.train") - 1]  # up to `-m verifiers.cli.train`
+    assert launch[1:3] == ["-m", "accelerate.commands.launch"], launch
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    cpu = {"CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1"}  # `--multi_gpu` on CPU, as DDP tests run
+    env = {**os.environ, **trainer.env, **cpu, "TMPDIR": str(short_tmp)}
+    port = ["--main_process_port", str(free_port())]
+
+    def run(cmd: list[str]) -> list[str]:
+        proc = subprocess.run([*cmd[:3], *port, *cmd[3:], str(script)], env=env, capture_output=True, text=True,
+                              timeout=180)  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "rank 1 of 2" in out, out[-3000:]
+        return sorted(p.name for p in short_tmp.iterdir())
+
+    assert run(launch) == []
+    i = launch.index("--log_dir")
+    assert [name.split("_")[0] for name in run(launch[:i] + launch[i + 2 :])] == ["torchelastic"]

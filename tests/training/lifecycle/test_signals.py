@@ -216,18 +216,15 @@ def test_sigterm_to_a_two_process_run_stops_every_rank_at_the_same_step(tiny_mod
     import os
     import re
     import subprocess
-    import sys
 
-    from tests import fakeserver
+    from tests import fakeserver, launch
     from tests.drivers.dist_train import fake_reply
-    from tests.vllm_server import free_port
 
     root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "ACCELERATE_USE_CPU": "1"}
+    prefix, launch_env = launch.command("ddp")  # accelerate launch, 2 processes on CPU
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **launch_env}
     out, log = tmp_path / "run", tmp_path / "run.log"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
-           "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-           "--dynamo_backend", "no", str(Path(__file__).resolve().parents[2] / "drivers" / "dist_train.py"),
+    cmd = [*prefix, str(root / "tests" / "drivers" / "dist_train.py"),
            "--out", str(out), "--model", str(tiny_model_dir), "--steps", str(DIST_STEPS)]  # fmt: skip
     with fakeserver.fake_server(reply=fake_reply) as server:
         with open(log, "ab") as fh:

@@ -175,6 +175,11 @@ def build_plan(config: RunConfig, cli: CommandLine, gpu_ids: list[str] | None = 
             "accelerate.commands.launch",
             "--num_processes",
             str(tr.num_processes),
+            # torch's elastic agent makes an empty /tmp/torchelastic_* folder at every launch and
+            # never removes it (its per-rank log and error files, which this run does not use:
+            # both logs go to output_dir/logs). accelerate ignores torchrun's PET_LOG_DIR.
+            "--log_dir",
+            os.devnull,
         ]
         launch += ["--config_file", tr.accelerate_config] if tr.accelerate_config else ["--multi_gpu"]
         trainer_cmd = launch + train_args
