@@ -359,6 +359,39 @@ def test_staging_file_is_reused_and_readable(tmp_path):
     small.close()
 
 
+def test_a_killed_trainers_staging_file_is_removed_by_the_next_trainer():
+    """SIGKILL leaves the shm file (a model's size of memory); the next StagingFile removes it.
+    A live trainer's file, however old, stays."""
+    import signal
+    import subprocess
+    import sys
+
+    from verifiers.inference.transport import StagingFile
+
+    code = (
+        "import sys, time, torch\nfrom verifiers.inference.transport import StagingFile\n"
+        "s = StagingFile()\nprint(s.write({'w': torch.zeros(1000)}), flush=True)\ntime.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    owners = [subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True)]
+    owners.append(subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True))
+    try:
+        dead, live = (Path(p.stdout.readline().strip()) for p in owners)
+        owners[0].send_signal(signal.SIGKILL)
+        owners[0].wait(10)
+        hour_ago = time.time() - 3600  # past the age below which a file is never removed
+        for path in (dead, live):
+            os.utime(path, (hour_ago, hour_ago))
+        assert dead.exists() and live.exists()
+        StagingFile().close()
+        assert not dead.exists() and live.exists()
+    finally:
+        for p in owners:
+            p.kill()
+            p.wait(10)
+            p.stdout.close()
+
+
 def test_lora_tensors_match_peft(tiny_model_dir):
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM

@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from verifiers.utils import owned_files
+
 logger = logging.getLogger("verifiers.inference.transport")
 
 TRANSPORTS = ("nccl", "ipc", "shm", "http")
@@ -193,6 +195,7 @@ class StagingFile:
     def __init__(self, max_files: int = 8) -> None:
         import collections
 
+        remove_abandoned_staging_files()
         self.max_files = max_files
         # layout -> (path, {name: uint8 view into the mapping}, finalizer that unlinks)
         self._files: collections.OrderedDict[Any, tuple[Path, dict[str, Any], Any]] = (
@@ -231,12 +234,15 @@ class StagingFile:
         head, spans = _layout(list(key))
         total = len(head) + (spans[-1][2] if spans else 0)
         path = transfer_dir(total) / new_name("weights", ".safetensors")
-        with open(path, "wb") as fh:
+        # Owned (a lock held while this process lives): if it is killed, the next trainer on
+        # this machine removes the file, which would otherwise hold a model's size of memory.
+        fd = owned_files.create_file(path)
+        with open(fd, "wb", closefd=False) as fh:
             fh.write(head)
             fh.truncate(total)
         buf = torch.from_file(str(path), shared=True, size=total, dtype=torch.uint8)
         views = {name: buf[len(head) + lo : len(head) + hi].numpy() for name, lo, hi in spans}
-        self._files[key] = (path, views, weakref.finalize(self, _unlink, str(path)))
+        self._files[key] = (path, views, weakref.finalize(self, owned_files.release, str(path)))
         return self._files[key]
 
     def close(self) -> None:
@@ -244,11 +250,18 @@ class StagingFile:
             self._files.popitem()[1][2]()
 
 
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+def remove_abandoned_staging_files() -> None:
+    """Remove the weight files that trainers killed on this machine left in ``/dev/shm`` or the
+    temp dir (a SIGKILL, the OOM killer: no cleanup ran). Only files no live process holds
+    (verifiers/utils/owned_files.py), and only this user's."""
+    dirs = {Path("/dev/shm"), Path(tempfile.gettempdir())}
+    found = [p for d in dirs if d.is_dir() for p in d.glob(f"{FILE_PREFIX}weights-*")]
+    removed = owned_files.remove_abandoned(p for p in found if is_transfer_name(p, "weights"))
+    if removed:
+        logger.info(
+            "removed %d weight-transfer file(s) (%.0f MB) that killed trainers left: %s",
+            len(removed), sum(removed.values()) / 2**20, ", ".join(sorted(removed)),
+        )  # fmt: skip
 
 
 def is_transfer_name(path: str | os.PathLike, kind: str) -> bool:

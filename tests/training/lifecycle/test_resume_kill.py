@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -219,6 +220,11 @@ def start_run(
         )
 
 
+def staging_files(pid: int) -> list[Path]:
+    """The weight-transfer files (a model's size each, in /dev/shm) that process ``pid`` made."""
+    return [p for d in (Path("/dev/shm"), Path(tempfile.gettempdir())) for p in d.glob(f"vf-weights-{pid}-*")]
+
+
 def finish(proc: subprocess.Popen, run: Path, timeout: float = 300) -> None:
     try:
         rc = proc.wait(timeout)
@@ -349,6 +355,7 @@ def test_a_second_signal_exits_at_once_without_a_checkpoint(tiny_model_dir, vllm
     time.sleep(0.5)  # in the long step now
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(1.5)  # past the echo window
+    assert staging_files(proc.pid) != []  # its weight-transfer file (synced after each step)
     second = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(30) == 130
@@ -360,3 +367,4 @@ def test_a_second_signal_exits_at_once_without_a_checkpoint(tiny_model_dir, vllm
     )
     assert ckpt.last_complete_checkpoint(out) == str(out / f"checkpoint-{KILL_AFTER}")
     assert not (out / f"checkpoint-{KILL_AFTER + 1}").exists()
+    assert staging_files(proc.pid) == []  # os._exit runs no finalizer: removed before it

@@ -53,6 +53,7 @@ from transformers import TrainerCallback
 from verifiers.errors import StopRequested, TrainingStopped
 from verifiers.training.lifecycle import checkpoint as ckpt
 from verifiers.training.lifecycle.processes import broadcast, max_over_processes
+from verifiers.utils import owned_files
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 ECHO_WINDOW_S = 1.0  # a second signal sooner than this is the first one echoed by a launcher
@@ -118,6 +119,7 @@ class StopSignals:
         if now - self._first_at < ECHO_WINDOW_S:
             return
         _write(f"Stopped at once by a second {name} (no checkpoint saved)")
+        owned_files.release_all()  # the weight-transfer file in /dev/shm: os._exit runs no finalizer
         os._exit(128 + signum)  # at once: no step, no save, no thread joins
 
 

@@ -1,0 +1,97 @@
+"""Paths a process owns (verifiers/utils/owned_files.py): what a killed owner left is removed,
+what a live one holds is not. The owners are real child processes, killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from verifiers.utils import owned_files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A child that makes one file (argv[2] == "file") or folder in argv[1], prints its path and waits.
+OWNER = textwrap.dedent(
+    """
+    import os, sys, time
+    from verifiers.utils import owned_files
+    base, kind = sys.argv[1], sys.argv[2]
+    if kind == "file":
+        path = os.path.join(base, "weights")
+        os.write(owned_files.create_file(path), b"x" * 1000)
+    else:
+        path = owned_files.create_dir("ipc-", base)
+        open(os.path.join(path, "socket"), "w").close()
+    if kind == "exit":
+        owned_files.release_all()
+        os._exit(130)
+    print(path, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def start_owner(base: Path, kind: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(base), kind], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    return proc, proc.stdout.readline().strip()
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    proc.stdout.close()
+
+
+def test_a_killed_owners_file_and_folder_are_removed_a_live_owners_are_not(tmp_path):
+    live, live_file = start_owner(tmp_path, "file")
+    try:
+        (tmp_path / "sub").mkdir()
+        dead, dead_dir = start_owner(tmp_path / "sub", "dir")
+        kill(dead)
+        assert Path(dead_dir, "socket").exists()  # SIGKILL: no cleanup ran
+        assert owned_files.remove_abandoned([live_file, dead_dir], min_age_s=0) == {dead_dir: 0}
+        assert not Path(dead_dir).exists() and Path(live_file).read_bytes() == b"x" * 1000
+    finally:
+        kill(live)
+    assert owned_files.remove_abandoned([live_file], min_age_s=0) == {live_file: 1000}
+    assert not Path(live_file).exists()
+
+
+def test_what_this_process_holds_is_kept_and_released_on_request(tmp_path):
+    path = str(tmp_path / "mine")
+    fd = owned_files.create_file(path)
+    folder = owned_files.create_dir("d-", tmp_path)
+    assert {path, folder} <= set(owned_files.held())
+    assert owned_files.remove_abandoned([path, folder], min_age_s=0) == {}  # our own lock blocks it
+    os.write(fd, b"abc")
+    owned_files.release(path)
+    owned_files.release(folder)
+    assert not os.path.exists(path) and not os.path.exists(folder)
+    assert not {path, folder} & set(owned_files.held())
+
+
+def test_release_all_before_os_exit_leaves_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", OWNER, str(tmp_path), "exit"], cwd=ROOT, timeout=60)
+    assert proc.returncode == 130 and list(tmp_path.iterdir()) == []
+
+
+def test_young_missing_and_linked_paths_are_left_alone(tmp_path):
+    young = tmp_path / "young"  # no lock yet: it may be between its creation and its lock
+    young.write_text("y")
+    old = tmp_path / "old"
+    old.write_text("o")
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    link = tmp_path / "link"
+    link.symlink_to(old)
+    os.utime(link, (hour_ago, hour_ago), follow_symlinks=False)
+    missing = tmp_path / "missing"
+    found = owned_files.remove_abandoned([young, link, missing, old])
+    assert found == {str(old): 1} and young.exists() and link.is_symlink() and not old.exists()

@@ -1,0 +1,118 @@
+"""Files and folders a process keeps in a shared directory (``/dev/shm``, the temp dir), marked
+as its own for as long as it lives, so that what a killed process left can be told apart and removed.
+
+A process that is killed (SIGKILL, the OOM killer) or leaves with ``os._exit`` runs no cleanup.
+The weight-transfer file a trainer keeps in ``/dev/shm`` is a whole model's weights held in
+memory, and would stay there until a reboot; vf-vllm's socket folder would stay in /tmp.
+
+* :func:`create_file` / :func:`create_dir` make the path and take a shared ``flock`` on it. The
+  kernel drops that lock when the process ends, however it ends (and a forked child that
+  inherits the descriptor holds it too).
+* :func:`remove_abandoned`, run by the next process that makes such paths, removes the ones
+  whose lock it can take: no process holds them any more.
+* :func:`release` unlinks one path and drops its lock; :func:`release_all` does it for every path
+  this process still holds, for an exit that skips the usual cleanup (``os._exit``).
+
+A lock, not the pid in a name: containers that share ``/dev/shm`` (``--ipc=host``) do not share
+pids, and a pid can be reused. A path younger than ``min_age_s`` is never removed: between its
+creation and its lock there is an instant in which another process could take the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterable
+
+MIN_AGE_S = 10.0  # far longer than the gap between a path's creation and its lock
+
+# path -> the descriptor that holds its shared lock. No threading.Lock around it: release_all
+# runs in a signal handler, which would deadlock on a lock its own thread holds; each dict
+# operation here is a single atomic one.
+_held: dict[str, int] = {}
+
+
+def _hold(path: str, fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _held[path] = fd
+
+
+def create_file(path: str | os.PathLike, mode: int = 0o666) -> int:
+    """Create ``path`` (it must not exist yet), owned by this process; returns an open read-write
+    descriptor. The path stays this process's until :func:`release` (the descriptor is closed then)."""
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    _hold(path, fd)
+    return fd
+
+
+def create_dir(prefix: str, base: str | os.PathLike | None = None) -> str:
+    """A new empty folder ``<base>/<prefix><random>`` (``tempfile.mkdtemp``), owned by this process."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    _hold(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY))
+    return path
+
+
+def release(path: str | os.PathLike) -> None:
+    """Remove ``path`` (a file, or a folder and what it holds) and drop this process's lock on it."""
+    path = os.fspath(path)
+    fd = _held.pop(path, None)
+    _remove(path)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def release_all() -> None:
+    """:func:`release` every path this process holds: before an ``os._exit``, which runs no finalizer.
+    Safe in a signal handler."""
+    for path in list(_held):
+        release(path)
+
+
+def held() -> list[str]:
+    """The paths this process holds."""
+    return list(_held)
+
+
+def remove_abandoned(paths: Iterable[str | os.PathLike], min_age_s: float = MIN_AGE_S) -> dict[str, int]:
+    """Remove each of ``paths`` that no process holds any more; returns ``{path: bytes}`` of those
+    removed (a folder counts 0 bytes).
+
+    Only this user's paths, at least ``min_age_s`` old. A path whose lock is held (by its owner,
+    a child it forked, or this process) is left alone, and so is anything that cannot be opened.
+    """
+    removed: dict[str, int] = {}
+    now, uid = time.time(), os.getuid()
+    for path in map(os.fspath, paths):
+        try:
+            st = os.lstat(path)
+            if st.st_uid != uid or now - st.st_mtime < min_age_s:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its owner lives
+            os.close(fd)
+            continue
+        try:
+            _remove(path)  # while locked: nobody takes it over meanwhile
+            removed[path] = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
