@@ -256,10 +256,16 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
     assert server.url in str(info.value)
     with pytest.raises((ServerUnreachableError, ServerTimeoutError, WeightSyncError)):
         client.update_weights(base_model.named_parameters(), timeout=5)
+    start = server.log.stat().st_size
     server.start()
     assert client.wait_until_ready(timeout=240)["weight_version"] == 0  # a fresh server
     client.update_weights(perturbed(base_model, 4).named_parameters())
     assert sample(client, model_name(client))[1]
+    # vf's own INFO lines reach the server's log: the serving line, and one per weight update.
+    log = server.log.read_text(errors="replace")[start:]
+    assert "(trainer routes under /vf)" in log and re.search(r"weight update \S+ \(v1\) committed", log), log[
+        -3000:
+    ]
 
 
 def test_cli_defaults_and_retired_flags(capsys):
@@ -312,6 +318,55 @@ def test_engine_sockets_get_a_directory_of_their_own_unless_the_user_chose_one(s
     monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
     with private_ipc_dir(env := {}) as path:
         assert path is None and env == {}  # vLLM's default (the temp dir itself) stays
+
+
+# A vf-vllm stand-in: its socket folder (private_ipc_dir) and a rendezvous file listed in it.
+SOCKET_FOLDER_OWNER = """
+import sys, tempfile, time
+from pathlib import Path
+from verifiers.cli.vllm import note_leftovers, private_ipc_dir
+tempfile.tempdir = sys.argv[1]
+with private_ipc_dir({}) as folder:
+    rendezvous = Path(sys.argv[1], "vllm_dist_" + Path(folder).name[-8:].replace("_", "0"))
+    rendezvous.touch()
+    (Path(folder) / "engine-socket").touch()
+    note_leftovers(folder, [str(rendezvous)])
+    print(folder, rendezvous, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_servers_socket_folder_and_rendezvous_file_go_at_the_next_start(short_tmp, monkeypatch):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from verifiers.cli.vllm import private_ipc_dir
+
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-c", SOCKET_FOLDER_OWNER, str(short_tmp)]
+    owners = [subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        (dead, dead_file), (live, live_file) = (map(Path, p.stdout.readline().split()) for p in owners)
+        owners[0].send_signal(signal.SIGKILL)
+        owners[0].wait(10)
+        foreign = short_tmp / "vllm_dist_0123abcd"  # a plain `vllm serve`'s: listed nowhere
+        foreign.touch()
+        hour_ago = time.time() - 3600  # past the age below which nothing is removed
+        for path in (dead, live):
+            os.utime(path, (hour_ago, hour_ago))
+        assert dead.is_dir() and dead_file.exists()  # SIGKILL: no cleanup ran
+        monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
+        with private_ipc_dir({}) as mine:
+            assert not dead.exists() and not dead_file.exists()
+            assert live.is_dir() and live_file.exists() and foreign.exists() and Path(mine).is_dir()
+        assert not Path(mine).exists()
+    finally:
+        for p in owners:
+            p.kill()
+            p.wait(10)
+            p.stdout.close()
 
 
 def test_the_workers_name_their_rendezvous_file_only_when_it_is_vllms():

@@ -27,6 +27,7 @@ import logging
 import math
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -373,9 +374,13 @@ def test_server_killed_and_restarted(server, tmp_path, logs):
     (with backoff), pushes its weights again and goes on. At the end the server must
     serve exactly the trainer's weights.
     """
+    from tests.inference.test_server import bound_unix_sockets
+
     kills: list[str] = []
+    folders: set[Path] = set()  # the killed servers' socket folders
 
     def kill_and_restart(where: str) -> None:
+        folders.update(path.parent for path in bound_unix_sockets(server.proc.pid))
         server.kill()
         server.start()
         kills.append(where)
@@ -399,6 +404,7 @@ def test_server_killed_and_restarted(server, tmp_path, logs):
     env = KillDuringGeneration(dataset=rows(["ok"] * 8), rubric=vf.Rubric(funcs=[length_reward]))
     trainer, history = train(server, tmp_path, env, callbacks=[add_killer], max_steps=3)
     assert kills == ["generation", "sync"]
+    assert len(folders) == 2 and not [f for f in folders if f.exists()]  # each removed by the next start
     assert metric(history, "errors/server_restarts") == [0.0, 1.0, 1.0]
     assert count(logs, "stopped answering") == 1
 

@@ -38,7 +38,10 @@ _held: dict[str, int] = {}
 
 
 def _hold(path: str, fd: int) -> None:
-    fcntl.flock(fd, fcntl.LOCK_SH)
+    # A file system without locks (some network mounts) fails here; the path is then never
+    # removed by remove_abandoned either, whose own lock fails the same way.
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_SH)
     _held[path] = fd
 
 
