@@ -373,8 +373,8 @@ def test_a_killed_trainers_staging_file_is_removed_by_the_next_trainer():
         "s = StagingFile()\nprint(s.write({'w': torch.zeros(1000)}), flush=True)\ntime.sleep(600)\n"
     )
     root = Path(__file__).resolve().parents[2]
-    owners = [subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True)]
-    owners.append(subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True))
+    cmd = [sys.executable, "-c", code]
+    owners = [subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:
         dead, live = (Path(p.stdout.readline().strip()) for p in owners)
         owners[0].send_signal(signal.SIGKILL)
