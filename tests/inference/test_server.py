@@ -248,9 +248,16 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
     assert sockets.name.startswith("vf-vllm-ipc-") and Path(tempfile.gettempdir()) == sockets.parent
     rendezvous = {Path(m) for m in re.findall(r"file://(\S*/vllm_dist_[0-9a-f]+)", server.tail(10**7))}
     assert all(path.exists() for path in rendezvous)
+    # Its shared memory is listed in that folder, for the next start should this server be killed.
+    shm = [Path(p) for p in (sockets / "leftovers").read_text().split() if p.startswith("/dev/shm/")]
+    assert {p.name[:4] for p in shm} == {"psm_", "sem."} and all(p.exists() for p in shm), shm
     server.stop()
     assert not sockets.exists(), sorted(sockets.iterdir())
     assert not [path for path in rendezvous if path.exists()]
+    deadline = time.monotonic() + 10  # the server's resource tracker removes its shared memory last
+    while [p for p in shm if p.exists()] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in shm if p.exists()]
     with pytest.raises(ServerUnreachableError) as info:
         client.wait_until_ready(timeout=2)
     assert server.url in str(info.value)
@@ -301,7 +308,7 @@ def test_cli_defaults_and_retired_flags(capsys):
 
 
 def test_engine_sockets_get_a_directory_of_their_own_unless_the_user_chose_one(short_tmp, monkeypatch):
-    from verifiers.cli.vllm import private_ipc_dir
+    from verifiers.inference.server_files import private_ipc_dir
 
     monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))  # the user's temp dir
     env: dict[str, str] = {}
@@ -320,53 +327,110 @@ def test_engine_sockets_get_a_directory_of_their_own_unless_the_user_chose_one(s
         assert path is None and env == {}  # vLLM's default (the temp dir itself) stays
 
 
-# A vf-vllm stand-in: its socket folder (private_ipc_dir) and a rendezvous file listed in it.
+# A vf-vllm stand-in: its socket folder (private_ipc_dir), and a rendezvous file and shared memory
+# (a segment and a named semaphore, as vLLM's engine makes) listed in it as the real server lists them.
 SOCKET_FOLDER_OWNER = """
-import sys, tempfile, time
+import multiprocessing, sys, tempfile, time
+from multiprocessing import shared_memory
 from pathlib import Path
-from verifiers.cli.vllm import note_leftovers, private_ipc_dir
+from verifiers.inference.server_files import note_leftovers, private_ipc_dir, shared_memory_of_this_server
 tempfile.tempdir = sys.argv[1]
 with private_ipc_dir({}) as folder:
     rendezvous = Path(sys.argv[1], "vllm_dist_" + Path(folder).name[-8:].replace("_", "0"))
     rendezvous.touch()
     (Path(folder) / "engine-socket").touch()
-    note_leftovers(folder, [str(rendezvous)])
-    print(folder, rendezvous, flush=True)
+    segment = shared_memory.SharedMemory(create=True, size=4096)
+    lock = multiprocessing.get_context("spawn").Lock()  # spawn: its name stays until the end
+    note_leftovers(folder, [str(rendezvous), *shared_memory_of_this_server()])
+    shm = ["/dev/shm/" + segment.name, "/dev/shm/sem." + lock._semlock.name.lstrip("/")]
+    print(folder, rendezvous, *shm, flush=True)
     time.sleep(600)
 """
 
 
-def test_a_killed_servers_socket_folder_and_rendezvous_file_go_at_the_next_start(short_tmp, monkeypatch):
+def test_a_killed_servers_socket_folder_rendezvous_file_and_shared_memory_go_at_the_next_start(
+    short_tmp, monkeypatch
+):
     import os
     import signal
     import subprocess
     import sys
 
-    from verifiers.cli.vllm import private_ipc_dir
+    from verifiers.inference.server_files import private_ipc_dir
 
     root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, "-c", SOCKET_FOLDER_OWNER, str(short_tmp)]
-    owners = [subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    # Each in a group of its own, with its resource tracker: killed together, as a crash ends a server.
+    owners = [
+        subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        for _ in range(2)
+    ]
+    dead_shm: list[Path] = []
+    live_shm: list[Path] = []
     try:
-        (dead, dead_file), (live, live_file) = (map(Path, p.stdout.readline().split()) for p in owners)
-        owners[0].send_signal(signal.SIGKILL)
+        (dead, dead_file, *dead_shm), (live, live_file, *live_shm) = (
+            list(map(Path, p.stdout.readline().split())) for p in owners
+        )
+        listed = (dead / "leftovers").read_text().split()
+        assert listed == [str(dead_file), *sorted(map(str, dead_shm))]  # the semaphore found by its inode
+        os.killpg(owners[0].pid, signal.SIGKILL)
         owners[0].wait(10)
         foreign = short_tmp / "vllm_dist_0123abcd"  # a plain `vllm serve`'s: listed nowhere
         foreign.touch()
         hour_ago = time.time() - 3600  # past the age below which nothing is removed
         for path in (dead, live):
             os.utime(path, (hour_ago, hour_ago))
-        assert dead.is_dir() and dead_file.exists()  # SIGKILL: no cleanup ran
+        time.sleep(0.5)  # the killed group's resource tracker is gone too: nothing removes them but us
+        assert dead.is_dir() and dead_file.exists() and all(p.exists() for p in dead_shm)
         monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
         with private_ipc_dir({}) as mine:
             assert not dead.exists() and not dead_file.exists()
+            assert not [p for p in dead_shm if p.exists()]
             assert live.is_dir() and live_file.exists() and foreign.exists() and Path(mine).is_dir()
+            assert all(p.exists() for p in live_shm)
         assert not Path(mine).exists()
     finally:
         for p in owners:
-            p.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
             p.stdout.close()
+        for path in (*dead_shm, *live_shm):  # the live owner's, and ours if the test failed
+            path.unlink(missing_ok=True)
+
+
+def test_a_killed_servers_list_removes_only_what_vllm_makes(short_tmp):
+    """The list is data: a path not named as vLLM names its files, or elsewhere, or a link, stays."""
+    import os
+    import secrets
+
+    from verifiers.inference.server_files import IPC_PREFIX, remove_abandoned_ipc_dirs
+
+    tag = secrets.token_hex(4)
+    (short_tmp / "sub").mkdir()
+    kept = [
+        Path(f"/dev/shm/vf-test-other-{tag}"),  # /dev/shm, but not a name vLLM uses
+        short_tmp / "sub" / f"vllm_dist_{tag}",  # a rendezvous name, not beside the folder
+        short_tmp / f"psm_{tag}",  # a segment name, not in /dev/shm
+        Path(f"/dev/shm/psm_{tag}-target"),  # what the link below points to (not listed itself)
+    ]
+    link = Path(f"/dev/shm/psm_{tag}")
+    gone = [short_tmp / f"vllm_dist_{tag}", Path(f"/dev/shm/sem.mp-{tag}")]
+    folder = short_tmp / f"{IPC_PREFIX}{tag}"  # no lock: its server is gone
+    folder.mkdir()
+    try:
+        for path in (*kept, *gone):
+            path.write_bytes(b"x")
+        link.symlink_to(kept[-1])
+        (folder / "leftovers").write_text("".join(f"{p}\n" for p in (*kept[:-1], link, *gone)))
+        hour_ago = time.time() - 3600
+        os.utime(folder, (hour_ago, hour_ago))
+        remove_abandoned_ipc_dirs(str(short_tmp))
+        assert not folder.exists() and not [p for p in gone if p.exists()]
+        assert [p for p in kept if not p.exists()] == [] and link.is_symlink()
+    finally:
+        for path in (*kept, *gone, link):
+            path.unlink(missing_ok=True)
 
 
 def test_the_workers_name_their_rendezvous_file_only_when_it_is_vllms():

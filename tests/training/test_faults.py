@@ -378,9 +378,12 @@ def test_server_killed_and_restarted(server, tmp_path, logs):
 
     kills: list[str] = []
     folders: set[Path] = set()  # the killed servers' socket folders
+    listed: list[Path] = []  # and what those list: rendezvous files, shared memory
 
     def kill_and_restart(where: str) -> None:
-        folders.update(path.parent for path in bound_unix_sockets(server.proc.pid))
+        (folder,) = {path.parent for path in bound_unix_sockets(server.proc.pid)}
+        folders.add(folder)
+        listed.extend(map(Path, (folder / "leftovers").read_text().split()))
         server.kill()
         server.start()
         kills.append(where)
@@ -405,6 +408,8 @@ def test_server_killed_and_restarted(server, tmp_path, logs):
     trainer, history = train(server, tmp_path, env, callbacks=[add_killer], max_steps=3)
     assert kills == ["generation", "sync"]
     assert len(folders) == 2 and not [f for f in folders if f.exists()]  # each removed by the next start
+    assert len([p for p in listed if p.name.startswith("psm_")]) >= 2  # each server's engine queues
+    assert not [p for p in listed if p.exists()]  # SIGKILLed with its resource tracker: removed by us
     assert metric(history, "errors/server_restarts") == [0.0, 1.0, 1.0]
     assert count(logs, "stopped answering") == 1
 

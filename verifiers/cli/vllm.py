@@ -38,7 +38,8 @@ Differences from ``vllm serve``, each on purpose:
   its engine's ZMQ socket files (7; vf-vllm puts them in ``/tmp/vf-vllm-ipc-*``, a
   directory of its own, unless ``$VLLM_RPC_BASE_PATH`` is set) and, with vLLM
   0.32, the workers' ``vllm_dist_*`` rendezvous file. What a server killed with
-  SIGKILL left, the next vf-vllm start removes.
+  SIGKILL left, those files and its shared memory in /dev/shm (``psm_*``,
+  ``sem.mp-*``), the next vf-vllm start removes (verifiers/inference/server_files.py).
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 * Tools reach every model: when the model's chat template ignores ``tools`` and no
@@ -56,20 +57,17 @@ Run it as ``vf-vllm --model DIR`` or ``python -m verifiers.cli.vllm --model DIR`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import logging
 import os
 import sys
-import tempfile
-from collections.abc import Iterator, MutableMapping, Sequence
-from pathlib import Path
+from collections.abc import MutableMapping, Sequence
 
 from verifiers.cli.common import int_at_least, positive_float
 from verifiers.errors import ConfigError, VerifiersError, nearest
 from verifiers.inference.cpu_binding import bind_all_cores
+from verifiers.inference.server_files import note_leftovers, private_ipc_dir, shared_memory_of_this_server
 from verifiers.inference.vllm_flags import RETIRED, drop_retired_flags
-from verifiers.utils import owned_files
 from verifiers.utils.logging import setup_logging
 
 logger = logging.getLogger("verifiers.cli.vllm")
@@ -495,8 +493,9 @@ async def run_server(args, settings, ipc_dir: str | None = None) -> None:
             app = build_app(args, tasks, engine.model_config)
             state = attach(app, engine, settings, device=current_platform.device_type)
             await state.probe_devices()  # the workers' GPU UUIDs, for the trainer's ipc/nccl choice
-            # vLLM leaves them in the temp dir: cleanup removes them, or, after a SIGKILL, the next start
-            note_leftovers(ipc_dir, await state.note_rendezvous_files())
+            # Files vLLM made (server_files.py): cleanup or the resource tracker removes them, or,
+            # after a SIGKILL, the next start. The engine and its workers are up by now.
+            note_leftovers(ipc_dir, [*await state.note_rendezvous_files(), *shared_memory_of_this_server()])
             await init_app_state(engine, app.state, args, tasks)
             logger.info("vf-vllm: serving %s on %s (trainer routes under /vf)", args.model, listen_address)
             shutdown = await serve_http(
@@ -543,76 +542,6 @@ def server_env_defaults(environ: MutableMapping[str, str]) -> None:
     """Put :data:`SERVER_ENV_DEFAULTS` into ``environ`` where the user has not set them."""
     for name, value in SERVER_ENV_DEFAULTS.items():
         environ.setdefault(name, value)
-
-
-# Longest path a Unix socket may have (sun_path holds 108 bytes with its NUL).
-_SOCKET_PATH_MAX = 107
-
-
-IPC_PREFIX = "vf-vllm-ipc-"
-# In a server's socket folder: the other files vLLM made for it (its rendezvous file), one path a
-# line, for whoever removes the folder after the server was killed.
-LEFTOVERS = "leftovers"
-
-
-@contextlib.contextmanager
-def private_ipc_dir(environ: MutableMapping[str, str]) -> Iterator[str | None]:
-    """Give vLLM's ZMQ sockets a directory of this server's own, removed when the server ends.
-
-    vLLM binds its engine sockets as ``ipc://$VLLM_RPC_BASE_PATH/<uuid>`` (default: the temp
-    dir) and never unlinks them: each start and stop of vLLM 0.26-0.32 left 7 socket files in
-    /tmp. Here they go to one ``vf-vllm-ipc-*`` directory (the engine processes inherit the
-    variable) that the server deletes on its way out. The directory is owned
-    (verifiers/utils/owned_files.py): the folders of servers that were killed (SIGKILL, the OOM
-    killer) are removed by the next start, with the files their ``leftovers`` list names.
-    A ``VLLM_RPC_BASE_PATH`` of the user's wins. Yields the directory, or None where vLLM's
-    default stays (the user's choice, or a temp dir so long that a socket path under a
-    subdirectory would not fit).
-    """
-    if environ.get("VLLM_RPC_BASE_PATH"):
-        yield None
-        return
-    base = tempfile.gettempdir()
-    if len(base) + len(f"/{IPC_PREFIX}xxxxxxxx/") + 36 > _SOCKET_PATH_MAX:  # 36: a uuid4
-        yield None
-        return
-    remove_abandoned_ipc_dirs(base)
-    path = owned_files.create_dir(IPC_PREFIX, base)
-    environ["VLLM_RPC_BASE_PATH"] = path
-    try:
-        yield path
-    finally:
-        environ.pop("VLLM_RPC_BASE_PATH", None)
-        owned_files.release(path)
-
-
-def remove_abandoned_ipc_dirs(base: str) -> None:
-    """Remove the socket folders (and what their ``leftovers`` list) of servers that were killed."""
-    folders = [str(p) for p in Path(base).glob(f"{IPC_PREFIX}*")]
-    listed = {folder: _read_leftovers(folder) for folder in folders}  # before the folder goes
-    removed = owned_files.remove_abandoned(folders)
-    for folder in removed:
-        for path in listed[folder]:
-            # Only vLLM's own rendezvous files, beside the folder: a list is data, not a command.
-            if path.parent == Path(base) and path.name.startswith("vllm_dist_"):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-    if removed:
-        logger.info("vf-vllm: removed %d socket folder(s) of servers that were killed", len(removed))
-
-
-def _read_leftovers(folder: str) -> list[Path]:
-    try:
-        return [Path(line) for line in Path(folder, LEFTOVERS).read_text().splitlines() if line]
-    except OSError:
-        return []
-
-
-def note_leftovers(ipc_dir: str | None, paths: Sequence[str]) -> None:
-    """List ``paths`` in the server's socket folder: removed with it if the server is killed."""
-    if ipc_dir and paths:
-        with contextlib.suppress(OSError):
-            Path(ipc_dir, LEFTOVERS).write_text("".join(f"{p}\n" for p in paths))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
