@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 from tests.vllm_server import serve  # noqa: E402
 from verifiers.errors import ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
 from verifiers.inference.client import VLLMClient  # noqa: E402
+from verifiers.utils.backoff import Backoff, poll_until  # noqa: E402
 
 TOL = 1e-3  # fp32 server vs fp32 transformers, per sampled token
 
@@ -254,10 +255,9 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
     server.stop()
     assert not sockets.exists(), sorted(sockets.iterdir())
     assert not [path for path in rendezvous if path.exists()]
-    deadline = time.monotonic() + 10  # the server's resource tracker removes its shared memory last
-    while [p for p in shm if p.exists()] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in shm if p.exists()]
+    # The server's resource tracker removes its shared memory last: allow it 10 s.
+    gone = poll_until(lambda: None if any(p.exists() for p in shm) else True, Backoff(0.1, 0.5, timeout=10))
+    assert gone, [p for p in shm if p.exists()]
     with pytest.raises(ServerUnreachableError) as info:
         client.wait_until_ready(timeout=2)
     assert server.url in str(info.value)
@@ -404,7 +404,7 @@ def test_a_killed_servers_list_removes_only_what_vllm_makes(short_tmp):
     import os
     import secrets
 
-    from verifiers.inference.server_files import IPC_PREFIX, remove_abandoned_ipc_dirs
+    from verifiers.inference.server_files import IPC_PREFIX, note_leftovers, remove_abandoned_ipc_dirs
 
     tag = secrets.token_hex(4)
     (short_tmp / "sub").mkdir()
@@ -422,7 +422,7 @@ def test_a_killed_servers_list_removes_only_what_vllm_makes(short_tmp):
         for path in (*kept, *gone):
             path.write_bytes(b"x")
         link.symlink_to(kept[-1])
-        (folder / "leftovers").write_text("".join(f"{p}\n" for p in (*kept[:-1], link, *gone)))
+        note_leftovers(str(folder), [str(p) for p in (*kept[:-1], link, *gone)])
         hour_ago = time.time() - 3600
         os.utime(folder, (hour_ago, hour_ago))
         remove_abandoned_ipc_dirs(str(short_tmp))
