@@ -28,6 +28,7 @@ from verifiers.errors import ServerError, ServerTimeoutError, ServerUnreachableE
 from verifiers.inference.client import VLLMClient  # noqa: E402
 from verifiers.inference.server import Settings, attach, check_admin, is_loopback  # noqa: E402
 from verifiers.inference.worker import validate_params  # noqa: E402
+from verifiers.utils import owned_files  # noqa: E402
 
 SPEC = {
     "params": {
@@ -104,6 +105,8 @@ class FakeEngine:
     async def add_lora(self, request):
         self.calls.append("add_lora")
         self.loras.append(request)
+        if self.fail_load:
+            raise RuntimeError("adapter exploded")
         return True
 
 
@@ -301,6 +304,13 @@ def test_lora_swap_and_lora_disabled():
 
         cleanup(d.state)
         assert not Path(swap.lora_path).exists()
+    with double(fail_load=True) as d:  # a folder that failed to load goes, whoever wrote it
+        for kind in ("shm", "http"):
+            with pytest.raises(WeightSyncError, match="adapter exploded"):
+                VLLMClient(d.url).update_lora(adapter, config=cfg, transport_name=kind)
+        written = [r.lora_path for r in d.engine.loras]
+        assert len(written) == 2 and not [p for p in written if Path(p).exists()]
+        assert not set(written) & set(owned_files.held())
 
 
 def test_openai_surface():
@@ -359,9 +369,9 @@ def test_staging_file_is_reused_and_readable(tmp_path):
     small.close()
 
 
-def test_a_killed_trainers_staging_file_is_removed_by_the_next_trainer():
-    """SIGKILL leaves the shm file (a model's size of memory); the next StagingFile removes it.
-    A live trainer's file, however old, stays."""
+def test_a_killed_processes_weight_file_and_adapter_folder_are_removed_by_the_next_trainer():
+    """SIGKILL leaves the shm weight file (a model's size of memory) and the adapter folder; the
+    next StagingFile (each client makes one) removes them. A live process's, however old, stay."""
     import signal
     import subprocess
     import sys
@@ -369,27 +379,42 @@ def test_a_killed_trainers_staging_file_is_removed_by_the_next_trainer():
     from verifiers.inference.transport import StagingFile
 
     code = (
-        "import sys, time, torch\nfrom verifiers.inference.transport import StagingFile\n"
-        "s = StagingFile()\nprint(s.write({'w': torch.zeros(1000)}), flush=True)\ntime.sleep(600)\n"
+        "import sys, time, torch\nfrom verifiers.inference import transport\n"
+        "s = transport.StagingFile()\nprint(s.write({'w': torch.zeros(1000)}), flush=True)\n"
+        "cfg = {'r': 2, 'lora_alpha': 4, 'target_modules': ['q_proj'], 'peft_type': 'LORA'}\n"
+        "print(transport.write_lora_dir({'q_proj.lora_A.weight': torch.ones(2, 4)}, cfg), flush=True)\n"
+        "time.sleep(600)\n"
     )
     root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, "-c", code]
     owners = [subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:
-        dead, live = (Path(p.stdout.readline().strip()) for p in owners)
+        dead, live = ([Path(p.stdout.readline().strip()) for _ in range(2)] for p in owners)
         owners[0].send_signal(signal.SIGKILL)
         owners[0].wait(10)
-        hour_ago = time.time() - 3600  # past the age below which a file is never removed
-        for path in (dead, live):
+        hour_ago = time.time() - 3600  # past the age below which a path is never removed
+        for path in (*dead, *live):
             os.utime(path, (hour_ago, hour_ago))
-        assert dead.exists() and live.exists()
+        assert dead[1].name.startswith("vf-lora-") and (dead[1] / "adapter_config.json").is_file()
+        assert all(path.exists() for path in (*dead, *live))
         StagingFile().close()
-        assert not dead.exists() and live.exists()
+        assert not [path for path in dead if path.exists()] and all(path.exists() for path in live)
     finally:
         for p in owners:
             p.kill()
             p.wait(10)
             p.stdout.close()
+
+
+def test_an_adapter_folder_that_fails_to_write_is_removed(tmp_path):
+    from verifiers.inference.transport import write_lora_dir
+
+    not_an_adapter = tmp_path / "empty"
+    not_an_adapter.mkdir()
+    with pytest.raises(ValueError, match="not a PEFT adapter folder"):
+        write_lora_dir(not_an_adapter, root=tmp_path)
+    assert list(tmp_path.iterdir()) == [not_an_adapter]
+    assert not [p for p in owned_files.held() if p.startswith(str(tmp_path))]
 
 
 def test_lora_tensors_match_peft(tiny_model_dir):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import re
 import tempfile
 import threading
@@ -25,6 +26,7 @@ torch = pytest.importorskip("torch")
 from tests.vllm_server import serve  # noqa: E402
 from verifiers.errors import ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
 from verifiers.inference.client import VLLMClient  # noqa: E402
+from verifiers.utils import owned_files  # noqa: E402
 from verifiers.utils.backoff import Backoff, poll_until  # noqa: E402
 
 TOL = 1e-3  # fp32 server vs fp32 transformers, per sampled token
@@ -169,7 +171,7 @@ def test_update_while_generating_lets_requests_finish(client, base_model):
 
 
 @pytest.mark.server
-def test_lora_swap_makes_server_match_adapter(client, base_model):
+def test_lora_swap_makes_server_match_adapter(server, client, base_model):
     from peft import LoraConfig, get_peft_model
 
     client.update_weights(base_model.named_parameters())
@@ -178,6 +180,7 @@ def test_lora_swap_makes_server_match_adapter(client, base_model):
     )
     peft_model = get_peft_model(copy.deepcopy(base_model), cfg)
     g = torch.Generator().manual_seed(7)
+    before = set(adapter_folders())
     for step, kind in enumerate(("auto", "auto", "http")):
         with torch.no_grad():
             for n, p in peft_model.named_parameters():
@@ -187,6 +190,10 @@ def test_lora_swap_makes_server_match_adapter(client, base_model):
         assert name == client.lora_name == "policy"
         gap = max_logprob_gap(peft_model, *sample(client, name))
         assert gap < TOL, f"swap {step} ({kind}): adapter log-probs off by {gap}"
+        # One adapter folder, the served one, held open by the server (a SIGKILL drops that
+        # hold, and the next start removes the folder); the trainer has let it go.
+        (served,) = set(adapter_folders()) - before
+        assert served in open_paths(server.proc.pid) and str(served) not in owned_files.held()
     assert client.health()["lora"]["adapters"] == {"policy": 3}
     # the base model is still served without the adapter
     assert max_logprob_gap(base_model, *sample(client, model_name(client))) < TOL
@@ -232,6 +239,22 @@ def test_update_never_committed_expires_and_generation_resumes(client, base_mode
     assert sample(client, model_name(client))[1]
 
 
+def adapter_folders() -> list[Path]:
+    """The adapter folders vf wrote on this machine (``vf-lora-<pid>-<id>``)."""
+    from verifiers.inference.transport import is_transfer_name, transfer_dir
+
+    return [p for p in transfer_dir().glob("vf-lora-*") if is_transfer_name(p, "lora")]
+
+
+def open_paths(pid: int) -> set[Path]:
+    """The files and folders process ``pid`` holds open."""
+    paths = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            paths.add(Path(os.readlink(fd)))
+    return paths
+
+
 def bound_unix_sockets(pid: int) -> set[Path]:
     """Paths of the Unix sockets that process ``pid`` and its descendants have bound (abstract ones left out)."""
     import psutil  # a vLLM dependency
@@ -252,8 +275,10 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
     # Its shared memory is listed in that folder, for the next start should this server be killed.
     shm = [Path(p) for p in (sockets / "leftovers").read_text().split() if p.startswith("/dev/shm/")]
     assert {p.name[:4] for p in shm} == {"psm_", "sem."} and all(p.exists() for p in shm), shm
+    served = set(adapter_folders()) & open_paths(server.proc.pid)  # the LoRA test's, in a module run
     server.stop()
     assert not sockets.exists(), sorted(sockets.iterdir())
+    assert not [p for p in served if p.exists()]
     assert not [path for path in rendezvous if path.exists()]
     # The server's resource tracker removes its shared memory last: allow it 10 s.
     gone = poll_until(lambda: None if any(p.exists() for p in shm) else True, Backoff(0.1, 0.5, timeout=10))
@@ -263,9 +288,17 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
     assert server.url in str(info.value)
     with pytest.raises((ServerUnreachableError, ServerTimeoutError, WeightSyncError)):
         client.update_weights(base_model.named_parameters(), timeout=5)
+    # An adapter folder nobody holds (its server was killed) goes at the next start.
+    from verifiers.inference.transport import new_name, transfer_dir
+
+    abandoned = transfer_dir() / new_name("lora")
+    abandoned.mkdir()
+    hour_ago = time.time() - 3600  # past the age below which nothing is removed
+    os.utime(abandoned, (hour_ago, hour_ago))
     start = server.log.stat().st_size
     server.start()
     assert client.wait_until_ready(timeout=240)["weight_version"] == 0  # a fresh server
+    assert not abandoned.exists()
     client.update_weights(perturbed(base_model, 4).named_parameters())
     assert sample(client, model_name(client))[1]
     # vf's own INFO lines reach the server's log: the serving line, and one per weight update.
@@ -351,7 +384,6 @@ with private_ipc_dir({}) as folder:
 def test_a_killed_servers_socket_folder_rendezvous_file_and_shared_memory_go_at_the_next_start(
     short_tmp, monkeypatch
 ):
-    import os
     import signal
     import subprocess
     import sys
@@ -401,7 +433,6 @@ def test_a_killed_servers_socket_folder_rendezvous_file_and_shared_memory_go_at_
 
 def test_a_killed_servers_list_removes_only_what_vllm_makes(short_tmp):
     """The list is data: a path not named as vLLM names its files, or elsewhere, or a link, stays."""
-    import os
     import secrets
 
     from verifiers.inference.server_files import IPC_PREFIX, note_leftovers, remove_abandoned_ipc_dirs

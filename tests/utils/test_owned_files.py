@@ -15,7 +15,8 @@ from verifiers.utils import owned_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A child that makes one file (argv[2] == "file") or folder in argv[1], prints its path and waits.
+# A child that makes one file (argv[2] == "file") or folder in argv[1], or holds the existing
+# path argv[1] ("hold"), prints its path and waits.
 OWNER = textwrap.dedent(
     """
     import os, sys, time
@@ -24,6 +25,9 @@ OWNER = textwrap.dedent(
     if kind == "file":
         path = os.path.join(base, "weights")
         os.write(owned_files.create_file(path), b"x" * 1000)
+    elif kind == "hold":
+        path = base
+        owned_files.hold(path)
     else:
         path = owned_files.create_dir("ipc-", base)
         open(os.path.join(path, "socket"), "w").close()
@@ -95,3 +99,21 @@ def test_young_missing_and_linked_paths_are_left_alone(tmp_path):
     missing = tmp_path / "missing"
     found = owned_files.remove_abandoned([young, link, missing, old])
     assert found == {str(old): 1} and young.exists() and link.is_symlink() and not old.exists()
+
+
+def test_a_handed_over_folder_stays_while_its_new_holder_lives(tmp_path):
+    """The adapter-folder handover: the writer holds, the reader holds too, the writer lets go.
+    The folder then lives as long as the reader, however the reader ends."""
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    owned_files.hold(folder)
+    owned_files.hold(folder)  # a second hold of ours takes no second lock (one disown drops it)
+    reader, _ = start_owner(folder, "hold")
+    try:
+        owned_files.disown(folder)
+        assert str(folder) not in owned_files.held() and folder.is_dir()
+        assert owned_files.remove_abandoned([folder], min_age_s=0) == {}  # the reader holds it
+    finally:
+        kill(reader)
+    assert owned_files.remove_abandoned([folder], min_age_s=0) == {str(folder): 0}
+    assert not folder.exists()

@@ -38,8 +38,9 @@ Differences from ``vllm serve``, each on purpose:
   its engine's ZMQ socket files (7; vf-vllm puts them in ``/tmp/vf-vllm-ipc-*``, a
   directory of its own, unless ``$VLLM_RPC_BASE_PATH`` is set) and, with vLLM
   0.32, the workers' ``vllm_dist_*`` rendezvous file. What a server killed with
-  SIGKILL left, those files and its shared memory in /dev/shm (``psm_*``,
-  ``sem.mp-*``), the next vf-vllm start removes (verifiers/inference/server_files.py).
+  SIGKILL left, those files, its shared memory in /dev/shm (``psm_*``,
+  ``sem.mp-*``) and the adapter folder it served (``/dev/shm/vf-lora-*``), the
+  next vf-vllm start removes (verifiers/inference/server_files.py, transport.py).
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 * Tools reach every model: when the model's chat template ignores ``tools`` and no
@@ -555,6 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import uvloop
 
+    from verifiers.inference.transport import remove_abandoned_transfer_files
     from verifiers.inference.vllm_version import require_supported_vllm, serving_api
 
     try:
@@ -574,6 +576,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # vf's own INFO lines (the serving line, one per weight update): vLLM configures only its logger.
     setup_logging("INFO")
+    # The weight files and adapter folders that killed trainers and servers left in /dev/shm.
+    remove_abandoned_transfer_files()
     with private_ipc_dir(os.environ) as ipc_dir:
         try:
             uvloop.run(run_server(args, settings, ipc_dir))

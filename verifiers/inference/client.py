@@ -52,6 +52,7 @@ import requests
 
 from verifiers.errors import ServerError, ServerTimeoutError, ServerUnreachableError, WeightSyncError
 from verifiers.inference import transport
+from verifiers.utils import owned_files
 from verifiers.utils.backoff import Backoff, poll_until
 
 logger = logging.getLogger("verifiers.inference.client")
@@ -589,10 +590,9 @@ class VLLMClient:
             try:
                 self._request("POST", "/vf/lora/load", stage="lora", json=body, timeout=self.update_timeout)
             except BaseException:
-                import shutil
-
-                shutil.rmtree(folder, ignore_errors=True)  # on success the server owns it
+                owned_files.release(folder)
                 raise
+            owned_files.disown(folder)  # the server holds it now, and removes it when it is replaced
         else:
             blob = transport.lora_blob(adapter, config)
             self._request(

@@ -68,7 +68,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -88,6 +87,7 @@ from verifiers.inference.server_state import (
     is_loopback,
 )
 from verifiers.inference.worker import read_safetensors_headers, validate_params
+from verifiers.utils import owned_files
 
 # Re-exported: the state and the admin check have lived here since 0.1.
 __all__ = [
@@ -436,8 +436,6 @@ def build_router() -> APIRouter:
         return {"ok": True}
 
     async def swap_lora(request: Request, name: str, path: str, version: int | None) -> dict[str, Any]:
-        from vllm.lora.request import LoRARequest
-
         st, models = _state(request), request.app.state.openai_serving_models
         if st.engine.vllm_config.lora_config is None:
             raise RouteError(400, "lora", LORA_OFF, code="lora_disabled")
@@ -447,39 +445,54 @@ def build_router() -> APIRouter:
             raise RouteError(
                 400, "lora", f"{path} is not an adapter folder on the server's machine; use transport 'http'"
             )
-        t0, timeout = time.perf_counter(), st.settings.update_timeout_s
-        async with st.lock:
-            if st.update is not None:
-                raise RouteError(
-                    409, "lora", f"weight update {st.update.update_id!r} is in progress; retry after it"
-                )
-            await st.pause("keep", timeout)
-            try:
-                async with models.lora_resolver_lock[name]:
-                    old = models.lora_requests.get(name)
-                    lora_id = old.lora_int_id if old else models.lora_id_counter.inc(1)
-                    # load_inplace makes the worker replace its cached copy of this adapter id...
-                    swap = LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=path, load_inplace=True)
-                    t1 = time.perf_counter()
-                    await st.call(
-                        st.engine.add_lora(swap), "lora", timeout, "loading the adapter", status=400
+        t0 = time.perf_counter()
+        # A folder vf wrote is the server's from here on (the writer lets go once we answer): it
+        # stays while it is served and goes when replaced, at exit, or after a SIGKILL at the next start.
+        ours = transport.is_transfer_name(path, "lora")
+        if ours:
+            owned_files.hold(path)
+        try:
+            async with st.lock:
+                if st.update is not None:
+                    raise RouteError(
+                        409, "lora", f"weight update {st.update.update_id!r} is in progress; retry after it"
                     )
-                    load_s = time.perf_counter() - t1
-                    # ...but requests must not carry it, or every batch reloads the adapter from disk.
-                    models.lora_requests[name] = LoRARequest(
-                        lora_name=name, lora_int_id=lora_id, lora_path=path
-                    )
-                await st.reset_prefix_cache()  # blocks cached under this adapter id hold old keys/values
-            finally:
-                await st.resume()
+                load_s = await _load_lora(request, name, path)
+        except BaseException:
+            if ours and path not in st.lora_paths.values():
+                owned_files.disown(path)  # not loaded: its writer removes it
+            raise
         previous, st.lora_paths[name] = st.lora_paths.get(name), path
         st.lora_versions[name] = int(version) if version is not None else st.lora_versions.get(name, 0) + 1
         # vLLM reloads an evicted adapter from its path, so the newest folder stays;
         # the one it replaced goes, if vf wrote it.
         if previous and previous != path and transport.is_transfer_name(previous, "lora"):
-            shutil.rmtree(previous, ignore_errors=True)
+            owned_files.release(previous)
         seconds = time.perf_counter() - t0
         return {"name": name, "version": st.lora_versions[name], "seconds": seconds, "load_seconds": load_s}
+
+    async def _load_lora(request: Request, name: str, path: str) -> float:
+        """Load the adapter at ``path`` as ``name`` with generation paused; returns the load's seconds."""
+        from vllm.lora.request import LoRARequest
+
+        st, models = _state(request), request.app.state.openai_serving_models
+        timeout = st.settings.update_timeout_s
+        await st.pause("keep", timeout)
+        try:
+            async with models.lora_resolver_lock[name]:
+                old = models.lora_requests.get(name)
+                lora_id = old.lora_int_id if old else models.lora_id_counter.inc(1)
+                # load_inplace makes the worker replace its cached copy of this adapter id...
+                swap = LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=path, load_inplace=True)
+                t1 = time.perf_counter()
+                await st.call(st.engine.add_lora(swap), "lora", timeout, "loading the adapter", status=400)
+                load_s = time.perf_counter() - t1
+                # ...but requests must not carry it, or every batch reloads the adapter from disk.
+                models.lora_requests[name] = LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=path)
+            await st.reset_prefix_cache()  # blocks cached under this adapter id hold old keys/values
+        finally:
+            await st.resume()
+        return load_s
 
     @router.post("/lora/load", dependencies=admin)
     async def lora_load(request: Request):
@@ -499,7 +512,7 @@ def build_router() -> APIRouter:
         try:
             return await swap_lora(request, name, str(folder), version)
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            owned_files.release(folder)
             raise
 
     @router.post("/reset_prefix_cache", dependencies=admin)
@@ -545,7 +558,7 @@ def cleanup(state: State) -> None:
     vLLM's rendezvous files (it leaves one in the temp dir at every start)."""
     for path in state.lora_paths.values():
         if transport.is_transfer_name(path, "lora"):
-            shutil.rmtree(path, ignore_errors=True)
+            owned_files.release(path)
     for path in state.rendezvous_files:
         with contextlib.suppress(OSError):
             os.remove(path)

@@ -25,18 +25,25 @@ LoRA adapters always travel as a PEFT folder (``adapter_config.json`` +
 ``"http"``, as one safetensors blob whose metadata carries the adapter config
 (:func:`lora_blob`).
 
+What travels through ``/dev/shm`` is memory until someone removes it, so every such file and
+folder is owned (verifiers/utils/owned_files.py): the weight file by its trainer, an adapter
+folder by its writer until the server holds it and then by the server, which removes it when
+the adapter is replaced or the server stops. What a killed process left, the next trainer or
+vf-vllm start removes (:func:`remove_abandoned_transfer_files`).
+
 This module imports torch/safetensors lazily: importing ``verifiers`` stays light.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +202,7 @@ class StagingFile:
     def __init__(self, max_files: int = 8) -> None:
         import collections
 
-        remove_abandoned_staging_files()
+        remove_abandoned_transfer_files()
         self.max_files = max_files
         # layout -> (path, {name: uint8 view into the mapping}, finalizer that unlinks)
         self._files: collections.OrderedDict[Any, tuple[Path, dict[str, Any], Any]] = (
@@ -250,16 +257,20 @@ class StagingFile:
             self._files.popitem()[1][2]()
 
 
-def remove_abandoned_staging_files() -> None:
-    """Remove the weight files that trainers killed on this machine left in ``/dev/shm`` or the
-    temp dir (a SIGKILL, the OOM killer: no cleanup ran). Only files no live process holds
-    (verifiers/utils/owned_files.py), and only this user's."""
+def remove_abandoned_transfer_files() -> None:
+    """Remove the weight files and adapter folders that processes killed on this machine left in
+    ``/dev/shm`` or the temp dir (a SIGKILL, the OOM killer: no cleanup ran). Only paths no live
+    process holds (verifiers/utils/owned_files.py), and only this user's."""
     dirs = {Path("/dev/shm"), Path(tempfile.gettempdir())}
-    found = [p for d in dirs if d.is_dir() for p in d.glob(f"{FILE_PREFIX}weights-*")]
-    removed = owned_files.remove_abandoned(p for p in found if is_transfer_name(p, "weights"))
+    found = [
+        p for d in dirs if d.is_dir() for kind in ("weights", "lora")
+        for p in d.glob(f"{FILE_PREFIX}{kind}-*") if is_transfer_name(p, kind)
+    ]  # fmt: skip
+    removed = owned_files.remove_abandoned(found)
     if removed:
         logger.info(
-            "removed %d weight-transfer file(s) (%.0f MB) that killed trainers left: %s",
+            "removed %d weight-transfer file(s) and adapter folder(s) (%.0f MB in files) that killed "
+            "processes left: %s",
             len(removed), sum(removed.values()) / 2**20, ", ".join(sorted(removed)),
         )  # fmt: skip
 
@@ -342,37 +353,45 @@ def _peft_lora_tensors(model: Any, adapter: str, config: Any) -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def _new_lora_dir(root: Path) -> Iterator[Path]:
+    """A new adapter folder under ``root``, owned by this process; removed if the block fails."""
+    out = root / new_name("lora")
+    out.mkdir(parents=True)
+    owned_files.hold(out)
+    try:
+        yield out
+    except BaseException:
+        owned_files.release(out)
+        raise
+
+
 def write_lora_dir(adapter: Any, config: Any = None, root: Path | None = None) -> Path:
     """Write an adapter as a fresh PEFT folder under ``root`` (default :func:`transfer_dir`).
 
     ``adapter`` may also be an existing adapter folder: its files are copied, so a
     trainer that keeps saving into one folder never races the server reading it.
+    The folder is this process's (``owned_files``) until the caller hands it over
+    (``owned_files.disown`` once the server holds it) or removes it (``owned_files.release``).
     """
-    root = root or transfer_dir()
-    out = root / new_name("lora")
-    tmp = root / (out.name + ".part")
-    tmp.mkdir(parents=True)
-    try:
+    with _new_lora_dir(root or transfer_dir()) as out:
         if isinstance(adapter, (str, os.PathLike)):
             src = Path(adapter)
             if not (src / "adapter_config.json").is_file():
                 raise ValueError(f"{src} is not a PEFT adapter folder (no adapter_config.json)")
             for f in src.iterdir():
                 if f.is_file() and f.name.startswith("adapter_"):
-                    shutil.copy2(f, tmp / f.name)
+                    shutil.copy2(f, out / f.name)
         else:
             tensors, cfg = lora_payload(adapter, config)
-            (tmp / "adapter_config.json").write_text(json.dumps(cfg))
-            write_safetensors(tensors, tmp / "adapter_model.safetensors")
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            (out / "adapter_config.json").write_text(json.dumps(cfg))
+            write_safetensors(tensors, out / "adapter_model.safetensors")
     return out
 
 
 def unpack_lora_blob(data: bytes, root: Path | None = None) -> Path:
-    """The server's side of :func:`lora_blob`: write the blob out as a PEFT folder."""
+    """The server's side of :func:`lora_blob`: write the blob out as a PEFT folder, owned by
+    this process as :func:`write_lora_dir`'s is."""
     import struct
 
     from safetensors.torch import load
@@ -380,11 +399,9 @@ def unpack_lora_blob(data: bytes, root: Path | None = None) -> Path:
     (header_len,) = struct.unpack("<Q", data[:8])
     config = json.loads(json.loads(data[8 : 8 + header_len])["__metadata__"][ADAPTER_CONFIG_KEY])
     tensors = load(data)
-    root = root or transfer_dir(len(data))
-    out = root / new_name("lora")
-    out.mkdir()
-    (out / "adapter_config.json").write_text(json.dumps(config))
-    write_safetensors(tensors, out / "adapter_model.safetensors")
+    with _new_lora_dir(root or transfer_dir(len(data))) as out:
+        (out / "adapter_config.json").write_text(json.dumps(config))
+        write_safetensors(tensors, out / "adapter_model.safetensors")
     return out
 
 

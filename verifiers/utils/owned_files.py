@@ -7,11 +7,14 @@ memory, and would stay there until a reboot; vf-vllm's socket folder would stay 
 
 * :func:`create_file` / :func:`create_dir` make the path and take a shared ``flock`` on it. The
   kernel drops that lock when the process ends, however it ends (and a forked child that
-  inherits the descriptor holds it too).
+  inherits the descriptor holds it too). :func:`hold` takes it on a path that exists already:
+  one this process made by other means, or one another process hands over (the adapter folder
+  a trainer writes and vf-vllm then serves). Several processes may hold one path.
 * :func:`remove_abandoned`, run by the next process that makes such paths, removes the ones
   whose lock it can take: no process holds them any more.
 * :func:`release` unlinks one path and drops its lock; :func:`release_all` does it for every path
   this process still holds, for an exit that skips the usual cleanup (``os._exit``).
+  :func:`disown` drops the lock and leaves the path: another process holds it now.
 
 A lock, not the pid in a name: containers that share ``/dev/shm`` (``--ipc=host``) do not share
 pids, and a pid can be reused. A path younger than ``min_age_s`` is never removed: between its
@@ -59,6 +62,22 @@ def create_dir(prefix: str, base: str | os.PathLike | None = None) -> str:
     path = tempfile.mkdtemp(prefix=prefix, dir=base)
     _hold(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY))
     return path
+
+
+def hold(path: str | os.PathLike) -> None:
+    """Make the existing ``path`` (a file or folder) this process's too, until :func:`release` or
+    :func:`disown`. A path this process holds already stays as it is."""
+    path = os.fspath(path)
+    if path not in _held:
+        _hold(path, os.open(path, os.O_RDONLY))
+
+
+def disown(path: str | os.PathLike) -> None:
+    """Drop this process's lock on ``path`` and leave the path in place (another process holds it)."""
+    fd = _held.pop(os.fspath(path), None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def release(path: str | os.PathLike) -> None:
