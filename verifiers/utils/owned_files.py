@@ -60,7 +60,7 @@ def create_file(path: str | os.PathLike, mode: int = 0o666) -> int:
 def create_dir(prefix: str, base: str | os.PathLike | None = None) -> str:
     """A new empty folder ``<base>/<prefix><random>`` (``tempfile.mkdtemp``), owned by this process."""
     path = tempfile.mkdtemp(prefix=prefix, dir=base)
-    _hold(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY))
+    hold(path)
     return path
 
 
@@ -82,12 +82,8 @@ def disown(path: str | os.PathLike) -> None:
 
 def release(path: str | os.PathLike) -> None:
     """Remove ``path`` (a file, or a folder and what it holds) and drop this process's lock on it."""
-    path = os.fspath(path)
-    fd = _held.pop(path, None)
-    _remove(path)
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    _remove(os.fspath(path))  # while still locked: nobody takes it over meanwhile
+    disown(path)
 
 
 def release_all() -> None:
