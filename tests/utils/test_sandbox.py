@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -206,6 +207,19 @@ def test_huge_output_is_cut_and_stopped(layers):
     assert len(result.stdout) < 4096 + 200 and "output truncated" in result.stdout
     small = run_python("print('y' * 6000)", max_output_bytes=4096, layers=layers)
     assert small.ok and small.truncated and small.stdout.startswith("y" * 4096)
+
+
+def test_a_flood_ends_the_run_at_once(layers):
+    # A flood larger than the pipes hold: the run used to stop reading at the limit, so asyncio's
+    # wait for the killed process (which returns only once every pipe has reached EOF) sat out its
+    # 5 s bound. Under 4 s tells the two apart, with room for a busy machine.
+    start = time.monotonic()
+    result = run_python(
+        "import sys, time\nsys.stdout.write('x' * 10**6)\ntime.sleep(60)", timeout_s=60, layers=layers
+    )
+    elapsed = time.monotonic() - start
+    assert result.error.startswith("output limit exceeded") and not result.timed_out, result
+    assert elapsed < 4, f"a flooded run took {elapsed:.1f} s to end"
 
 
 def test_forbidden_modules_and_ctypes(layers):

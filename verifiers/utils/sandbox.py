@@ -325,7 +325,11 @@ def namespace_prefix(python: str) -> tuple[list[str], tuple[str, ...]]:
 
 
 class _Stream:
-    """Reads one pipe to EOF, keeping the first ``keep`` bytes; ``flooded`` once past ``limit``."""
+    """Reads one pipe to EOF, keeping the first ``keep`` bytes; ``flooded`` once past ``limit``.
+
+    It goes on reading (and dropping) after a flood: asyncio's ``Process.wait()`` returns only
+    once every pipe has reached EOF, and a pipe nobody reads stays full, so the killed flooder's
+    run waited out the 5 s bound on that wait instead of ending at once."""
 
     def __init__(self, reader: asyncio.StreamReader, keep: int, limit: int, flood: asyncio.Event):
         self.reader, self.keep, self.limit, self.flood = reader, keep, limit, flood
@@ -343,7 +347,6 @@ class _Stream:
             self.total += len(chunk)
             if self.total > self.limit:
                 self.flood.set()
-                return
 
     def text(self) -> str:
         text = self.data.decode("utf-8", errors="replace")
