@@ -347,7 +347,9 @@ def vf_vllm_server(tiny_model_dir, tmp_path_factory):
         port = s.getsockname()[1]
     log = tmp_path_factory.mktemp("vf-vllm") / "server.log"
     env = page_env()
-    env.setdefault("VLLM_CACHE_ROOT", str(ROOT / ".cache" / "vllm"))
+    from tests.vllm_server import VLLM_CACHE_ROOT
+
+    env.setdefault("VLLM_CACHE_ROOT", VLLM_CACHE_ROOT)
     cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", str(tiny_model_dir), "--port", str(port)]
     cmd += ["--enforce-eager", "--dtype", "float32", "--max-model-len", "1024"]
     cmd += ["--kv-cache-memory-bytes", str(256 << 20), "--max-num-seqs", "32"]

@@ -31,6 +31,13 @@ LOOPBACK = "127.0.0.1"
 # routes then need a token), while tests still send their traffic to 127.0.0.1 only.
 ALL_INTERFACES = "0.0.0.0"
 
+# One vLLM cache for every test server, the one scripts/env.sh names. On a cache miss vLLM
+# inspects the model class in a fresh Python process (about 10 s of imports on 2 cores) before
+# it starts the engine; a cache per server paid that at every start.
+VLLM_CACHE_ROOT = os.environ.get("VLLM_CACHE_ROOT") or str(
+    Path(__file__).resolve().parents[1] / ".cache" / "vllm"
+)
+
 # Eager fp32 (no compile time; the trainer's dtype) and a small fixed KV cache.
 CPU_FLAGS = ("--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes", str(256 << 20))
 
@@ -61,7 +68,7 @@ class Server:
         self.cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", str(self.model_dir)]
         self.cmd += ["--host", host] if host else []
         self.cmd += ["--port", str(self.port), "--max-model-len", str(max_model_len), *CPU_FLAGS, *flags]
-        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(self.tmp_dir / "vllm-cache")}
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": VLLM_CACHE_ROOT}
         for name, value in (env or {}).items():  # None removes a variable
             if value is None:
                 self.env.pop(name, None)

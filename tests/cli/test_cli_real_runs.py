@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("vllm")
 pytest.importorskip("torch")
 
-from tests.vllm_server import CPU_FLAGS, Server  # noqa: E402
+from tests.vllm_server import CPU_FLAGS, VLLM_CACHE_ROOT, Server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_FLAGS = ("--kv-cache-memory-bytes", "--gpu-memory-utilization")
@@ -140,7 +140,7 @@ def test_vf_rl_plain_cpu_config_starts_its_server_and_trains(tiny_model_dir, tmp
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+        "VLLM_CACHE_ROOT": VLLM_CACHE_ROOT,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "environments" / "reverse_text")]),
     }
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)

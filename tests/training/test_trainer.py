@@ -28,7 +28,6 @@ from transformers import TrainerCallback  # noqa: E402
 
 import verifiers as vf  # noqa: E402
 from tests.fakeserver import FakeServer  # noqa: E402
-from tests.vllm_server import serve  # noqa: E402
 from verifiers.errors import GenerationError  # noqa: E402
 
 
@@ -432,12 +431,10 @@ def server_env(n: int = 8) -> vf.Environment:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tiny_model_dir, tmp_path_factory):
-    """vf-vllm serving the tiny model, LoRA on; yields a client (tests share it)."""
-    flags = ("--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0")
-    with serve(tiny_model_dir, tmp_path_factory.mktemp("grpo-vllm"), *flags) as server:
-        with contextlib.closing(server.client()) as client:
-            yield client
+def vllm_server(lora_vllm_server):
+    """A client of the training tests' vf-vllm (LoRA on; tests share it, and test_distributed too)."""
+    with contextlib.closing(lora_vllm_server.client()) as client:
+        yield client
 
 
 def server_args(tmp_path, **overrides):

@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.cli.rl.test_rl_launcher import FAKE_SERVER, ROOT, gone, make_plan, on_a_terminal  # noqa: E402
-from tests.vllm_server import free_port  # noqa: E402
+from tests.vllm_server import VLLM_CACHE_ROOT, free_port  # noqa: E402
 from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
 from verifiers.cli.rl.launcher import DRAIN_LINE, Launcher  # noqa: E402
 from verifiers.errors import ServerError  # noqa: E402
@@ -349,7 +349,7 @@ def test_vf_rl_run_survives_its_server_killed_mid_run(tiny_model_dir, tmp_path):
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+        "VLLM_CACHE_ROOT": VLLM_CACHE_ROOT,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "environments" / "reverse_text")]),
     }
     run = tmp_path / "outputs" / "resume-e2e"
