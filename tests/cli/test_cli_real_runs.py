@@ -7,7 +7,8 @@
 * ``[trainer.args] resume_from_checkpoint = true`` makes ``vf-train`` continue from
   the last complete checkpoint: the step count goes on from there.
 
-One server serves both (a start costs ~40 s on 2 cores).
+One server serves both (a start costs ~30 s on 2 cores). The default tier runs the first;
+the resume (two vf-train runs) and vf-rl's own-server run are ``slow``.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def vf_train(cfg: Path, *overrides: str) -> str:
 
 
 @pytest.mark.server
+@pytest.mark.slow  # two vf-train runs; test_trainer resumes against a real server in the default tier
 def test_vf_train_resume_from_checkpoint_continues_the_step_count(plain_server, tiny_model_dir, tmp_path):
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(CONFIG.format(model=tiny_model_dir, port=plain_server.port))

@@ -16,8 +16,8 @@ Every launched run must exit 0, print its step lines, have only rank 0 talk to t
 server, and have each rank train its own slice of every generation batch.
 
 The default suite launches ZeRO-3 against vf-vllm, DDP against one process and ZeRO-3
-with a reference model (2 processes, and 1) against one process (plus the server start);
-the other layouts and loss types are ``slow``.
+with a reference model (2 processes) against one process (plus the server start); the
+other layouts, loss types and model-first loads are ``slow``.
 
 FSDP through accelerate does not run on CPU; it is checked on a GPU machine only.
 DeepSpeed builds one C++ op (``deepspeed_shm_comm``) on its first use, about a minute,
@@ -333,7 +333,7 @@ def run_with_reference(kind: str, model: Path, url: str, out: Path, *extra: str)
         # The model loaded under zero.Init (GRPOConfig first): the reference is built sharded.
         pytest.param("zero3", (), id="2-processes"),
         # The model loaded before GRPOConfig, as in the guides' Quick Start: copied whole, then sharded.
-        pytest.param("zero3-1", ("--model-first",), id="1-process-model-first"),
+        pytest.param("zero3-1", ("--model-first",), id="1-process-model-first", marks=pytest.mark.slow),
         pytest.param("zero3", ("--model-first",), id="2-processes-model-first", marks=pytest.mark.slow),
     ],
 )
