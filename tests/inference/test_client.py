@@ -51,7 +51,9 @@ def weights(scale: float = 1.0) -> dict[str, torch.Tensor]:
 class FakeEngine:
     """The slice of vLLM's EngineClient the /vf routes use."""
 
-    def __init__(self, lora: bool = True, fail_load: bool = False, errored_for: int = 0):
+    def __init__(
+        self, lora: bool = True, fail_load: bool = False, errored_for: int = 0, lora_load_s: float = 0.0
+    ):
         pc = SimpleNamespace(
             world_size_across_dp=1, tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1
         )
@@ -59,7 +61,7 @@ class FakeEngine:
         self.vllm_config = SimpleNamespace(
             parallel_config=pc, lora_config=lora_config, weight_transfer_config=None
         )
-        self.fail_load, self.errored_for = fail_load, errored_for
+        self.fail_load, self.errored_for, self.lora_load_s = fail_load, errored_for, lora_load_s
         self.calls: list[str] = []
         self.paused = False
         self.loaded: dict[str, torch.Tensor] = {}
@@ -105,7 +107,8 @@ class FakeEngine:
     async def add_lora(self, request):
         self.calls.append("add_lora")
         self.loras.append(request)
-        if self.fail_load:
+        await asyncio.sleep(self.lora_load_s)
+        if self.fail_load or request.lora_name.startswith("broken"):
             raise RuntimeError("adapter exploded")
         return True
 
@@ -311,6 +314,69 @@ def test_lora_swap_and_lora_disabled():
         written = [r.lora_path for r in d.engine.loras]
         assert len(written) == 2 and not [p for p in written if Path(p).exists()]
         assert not set(written) & set(owned_files.held())
+
+
+# The double in a process of its own, as vf-vllm runs beside a trainer: which process holds an
+# adapter folder matters here. Adapters named "broken..." fail to load after the same wait.
+SLOW_LORA_SERVER = """
+import sys
+import vllm.lora.request  # imported before the clock starts: the first load imports it
+from tests.inference.test_client import Double, FakeEngine, Settings
+from verifiers.inference.server import cleanup
+with Double(FakeEngine(lora_load_s=float(sys.argv[1])), Settings()) as d:
+    print(d.url, flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+    cleanup(d.state)
+"""
+
+
+def test_an_adapter_load_that_times_out_leaves_the_folder_to_the_server():
+    """The trainer gives up on a slow load, the server goes on loading: the folder it will serve
+    from (and reload an evicted adapter from) must stay; one whose load then fails must go."""
+    pytest.importorskip("vllm")  # the route builds vLLM's LoRARequest
+    import subprocess
+    import sys
+
+    from verifiers.inference.transport import transfer_dir
+
+    def written() -> set[Path]:
+        return set(transfer_dir().glob(f"vf-lora-{os.getpid()}-*"))
+
+    cfg = {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj"], "peft_type": "LORA"}
+    adapter = {"base_model.model.layers.0.attn.q_proj.lora_A.weight": torch.ones(2, 4)}
+    root = Path(__file__).resolve().parents[2]
+    server = subprocess.Popen(
+        [sys.executable, "-c", SLOW_LORA_SERVER, "3"],
+        cwd=root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        client = VLLMClient(server.stdout.readline().strip(), update_timeout=1.5, max_retries=0)
+        before = written()
+        served = {}
+        for name in ("policy", "broken"):
+            with pytest.raises(WeightSyncError) as info:
+                client.update_lora(adapter, name=name, config=cfg, transport_name="shm")
+            assert info.value.stage == "timeout"
+            (folder,) = written() - before - set(served.values())
+            assert folder.is_dir() and str(folder) not in owned_files.held()  # the server still loads it
+            # The load ends 1.5 s after the timeout. A folder that nobody holds is also removed by
+            # the sweep any other vf process runs at its start, but only once 10 s old: the
+            # deadline keeps this a test of the server's own removal.
+            served[name], deadline = folder, time.monotonic() + 6
+            while not (name in client.health()["lora"]["adapters"] or not folder.exists()):
+                assert time.monotonic() < deadline, name
+                time.sleep(0.1)
+        assert client.health()["lora"]["adapters"] == {"policy": 1}
+        assert Path(served["policy"], "adapter_config.json").is_file()  # loaded: it stays
+        assert not served["broken"].exists()  # failed after its writer gave up: the server removed it
+    finally:
+        server.stdin.close()
+        server.wait(30)
+        server.stdout.close()
+    assert not served["policy"].exists()  # the server's cleanup at exit
 
 
 def test_openai_surface():

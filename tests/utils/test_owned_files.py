@@ -117,3 +117,58 @@ def test_a_handed_over_folder_stays_while_its_new_holder_lives(tmp_path):
         kill(reader)
     assert owned_files.remove_abandoned([folder], min_age_s=0) == {str(folder): 0}
     assert not folder.exists()
+
+
+# A child that takes commands on stdin: "hold P" holds P, "go P" lets go of P and prints whether
+# it removed it. One child serves many rounds (a fresh interpreter each round would be slow).
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from verifiers.utils import owned_files
+    for line in sys.stdin:
+        verb, path = line.split()
+        if verb == "hold":
+            owned_files.hold(path)
+            print("held", flush=True)
+        else:
+            print(owned_files.let_go(path), flush=True)
+    """
+)
+
+
+def test_the_last_holder_to_let_go_removes_the_path(tmp_path):
+    """A handover whose outcome is unknown (a trainer's adapter load that timed out, a server whose
+    load failed): each side lets go, and the folder goes with the last, in either order or at once."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+    def ask(line: str) -> str:
+        child.stdin.write(line + "\n")
+        child.stdin.flush()
+        return child.stdout.readline().strip()
+
+    try:
+        folder = tmp_path / "adapter"
+        folder.mkdir()
+        owned_files.hold(folder)
+        assert ask(f"hold {folder}") == "held"
+        assert owned_files.let_go(folder) is False and folder.is_dir()  # the child still holds it
+        assert owned_files.let_go(folder) is False  # not ours any more: nothing to do
+        assert ask(f"go {folder}") == "True" and not folder.exists()
+
+        for k in range(200):  # both at once: exactly one of the two removes it, never neither nor both
+            path = tmp_path / f"race-{k}"
+            path.mkdir()
+            owned_files.hold(path)
+            assert ask(f"hold {path}") == "held"
+            child.stdin.write(f"go {path}\n")
+            child.stdin.flush()
+            ours = owned_files.let_go(path)
+            theirs = child.stdout.readline().strip() == "True"
+            assert ours != theirs and not path.exists(), k
+            assert str(path) not in owned_files.held()
+    finally:
+        child.stdin.close()
+        child.wait(10)
+        child.stdout.close()

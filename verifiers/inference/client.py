@@ -590,7 +590,10 @@ class VLLMClient:
             try:
                 self._request("POST", "/vf/lora/load", stage="lora", json=body, timeout=self.update_timeout)
             except BaseException:
-                owned_files.release(folder)
+                # A request that timed out may still be loading, and the server then serves from
+                # this folder (vLLM reloads an evicted adapter from it): it goes only once the
+                # server lets go of it too, whichever of us is last.
+                owned_files.let_go(folder)
                 raise
             owned_files.disown(folder)  # the server holds it now, and removes it when it is replaced
         else:

@@ -450,7 +450,10 @@ def build_router() -> APIRouter:
         # stays while it is served and goes when replaced, at exit, or after a SIGKILL at the next start.
         ours = transport.is_transfer_name(path, "lora")
         if ours:
-            owned_files.hold(path)
+            try:
+                owned_files.hold(path)
+            except OSError as e:  # its writer gave up on this request and removed it
+                raise RouteError(400, "lora", f"{path} is gone: {e}") from e
         try:
             async with st.lock:
                 if st.update is not None:
@@ -460,7 +463,9 @@ def build_router() -> APIRouter:
                 load_s = await _load_lora(request, name, path)
         except BaseException:
             if ours and path not in st.lora_paths.values():
-                owned_files.disown(path)  # not loaded: its writer removes it
+                # Not loaded: the folder goes with whichever of us lets go last (its writer,
+                # if it still waits for this answer; we do, if its request timed out).
+                owned_files.let_go(path)
             raise
         previous, st.lora_paths[name] = st.lora_paths.get(name), path
         st.lora_versions[name] = int(version) if version is not None else st.lora_versions.get(name, 0) + 1

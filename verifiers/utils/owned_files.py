@@ -15,6 +15,8 @@ memory, and would stay there until a reboot; vf-vllm's socket folder would stay 
 * :func:`release` unlinks one path and drops its lock; :func:`release_all` does it for every path
   this process still holds, for an exit that skips the usual cleanup (``os._exit``).
   :func:`disown` drops the lock and leaves the path: another process holds it now.
+  :func:`let_go` is for a handover whose outcome is unknown (a request that timed out): it drops
+  the lock and removes the path only if no other process holds it, so the last holder removes it.
 
 A lock, not the pid in a name: containers that share ``/dev/shm`` (``--ipc=host``) do not share
 pids, and a pid can be reused. A path younger than ``min_age_s`` is never removed: between its
@@ -84,6 +86,40 @@ def release(path: str | os.PathLike) -> None:
     """Remove ``path`` (a file, or a folder and what it holds) and drop this process's lock on it."""
     _remove(os.fspath(path))  # while still locked: nobody takes it over meanwhile
     disown(path)
+
+
+def let_go(path: str | os.PathLike) -> bool:
+    """Drop this process's lock on ``path``, and remove the path if no other process holds it;
+    returns whether it removed it. Of several holders that each let go, exactly one removes it.
+
+    For a handover that may or may not have happened: a trainer whose request to load its adapter
+    folder timed out cannot tell whether the server holds the folder (and serves from it) or
+    dropped it, and the server whose load failed cannot tell whether the writer still waits.
+    """
+    path = os.fspath(path)
+    fd = _held.pop(path, None)
+    if fd is None:
+        return False
+    try:
+        # Unlock, then try for the exclusive lock: of holders letting go at once, the later
+        # finds no other lock (nobody keeps a lock they dropped), so the path never stays.
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another process holds it (or the file system has no locks): leave it
+        os.close(fd)
+        return False
+    try:
+        # The other holder may have let go first, removed the path and dropped its lock just
+        # before ours: then the lock we got is on an unlinked inode, and there is nothing to do.
+        try:
+            ours = os.path.samestat(os.fstat(fd), os.lstat(path))
+        except OSError:
+            ours = False
+        if ours:
+            _remove(path)  # while locked: nobody takes it over meanwhile
+    finally:
+        os.close(fd)
+    return ours
 
 
 def release_all() -> None:
