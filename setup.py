@@ -77,6 +77,8 @@ setup(
             "vf-rl=verifiers.cli.rl:main",
             "vf-train=verifiers.cli.train:main",
             "vf-setup=verifiers.cli.setup:main",
-        ]
+        ],
+        # Loaded by vLLM in each of its processes; acts only in those vf-vllm started.
+        "vllm.general_plugins": ["vf_end_with_parent=verifiers.inference.parent_watch:register"],
     },
 )

@@ -3,8 +3,8 @@
 One server for the module, started with LoRA on so full-weight and adapter
 updates share it (a start costs ~40 s on 2 cores). Each test that compares with
 transformers pushes the weights it compares against first, so tests do not
-depend on each other's order; the restart test runs last because it replaces
-the server.
+depend on each other's order; the restart test runs next to last because it
+replaces the server, and the kill test last because it ends it.
 """
 
 from __future__ import annotations
@@ -306,6 +306,34 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
     assert "(trainer routes under /vf)" in log and re.search(r"weight update \S+ \(v\d+\) committed", log), (
         log[-3000:]
     )
+
+
+@pytest.mark.server
+def test_a_server_killed_alone_takes_its_engine_processes_with_it(server):
+    """``kill -9`` of vf-vllm's own pid, not its process group (a user's kill, the OOM killer):
+    vLLM's engine core and worker, which hold the model and its KV cache (on a GPU, the GPU's
+    memory), end too instead of running on unowned (verifiers/inference/parent_watch.py)."""
+    import signal
+
+    import psutil  # a vLLM dependency
+
+    from verifiers.inference.server_files import remove_abandoned_ipc_dirs
+
+    engine = psutil.Process(server.proc.pid).children(recursive=True)  # multiprocessing's tracker too
+    assert "VLLM::EngineCore" in {p.name() for p in engine}, engine
+
+    def running() -> list[int]:
+        out = []
+        for p in engine:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if p.status() != psutil.STATUS_ZOMBIE:  # one re-parented to a non-reaping init
+                    out.append(p.pid)
+        return out
+
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(30)
+    assert poll_until(lambda: not running() or None, Backoff(0.1, 0.5, timeout=60)), running()
+    remove_abandoned_ipc_dirs(tempfile.gettempdir())  # its socket folder, as its next start would
 
 
 def test_cli_defaults_and_retired_flags(capsys):

@@ -536,6 +536,8 @@ SERVER_ENV_DEFAULTS = {
     # at that moment failed with "Server disconnected" (seen: 3 of 1,000 rollouts in the load
     # test, which allows no retries). A longer server keep-alive leaves closing to the client.
     "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
+    # vLLM's engine processes end when this server is killed (verifiers/inference/parent_watch.py).
+    "VF_VLLM_END_WITH_PARENT": "1",
 }
 
 

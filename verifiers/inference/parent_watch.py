@@ -1,0 +1,59 @@
+"""vLLM's engine processes end when the vf-vllm that started them is killed.
+
+vLLM runs its engine core in a child process of the API server (and, with the multiprocessing
+executor, its workers in children of that). A worker notices a dead engine core (vLLM gives it a
+pipe that closes), but the engine core does not notice a dead API server: after a
+``kill -9 <vf-vllm pid>`` (or the OOM killer) it went on running, holding the model, its KV cache
+and, on a GPU, the GPU's memory, until someone found and killed it by hand. The next vf-vllm on
+that GPU then failed for want of memory.
+
+:func:`register` is a vLLM general plugin (entry point ``vllm.general_plugins`` in setup.py), which
+vLLM loads in each of its processes. In a process that vf-vllm's server started (the environment
+variable :data:`ENV`, which vf-vllm sets and its children inherit), it starts one daemon thread that
+checks once a second whether the process's parent is still the one that started it. Once it is not
+(the parent died and the process was handed to init or a subreaper), the thread sends the process
+SIGTERM, which vLLM's engine core and workers handle by shutting down as on a normal stop, and
+ends it with ``os._exit`` if that has not happened :data:`GRACE_S` later.
+
+Elsewhere (``vllm serve``, a Python program using vLLM in this environment, vf-vllm's own API
+server process) it does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+ENV = "VF_VLLM_END_WITH_PARENT"  # "1": vf-vllm set it; "0" (set by the user) turns the watch off
+POLL_S = 1.0
+GRACE_S = 30.0  # for vLLM's own shutdown after the SIGTERM, before os._exit
+
+_started = False  # vLLM may load its plugins more than once in a process
+
+
+def register() -> None:
+    """vLLM's plugin hook: watch the parent, in a process vf-vllm's server started."""
+    global _started
+    if _started or os.environ.get(ENV) != "1":
+        return
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a multiprocessing child: vf-vllm's own process, which its user owns
+        return
+    _started = True
+    threading.Thread(target=watch, args=(parent.pid,), name="vf-end-with-parent", daemon=True).start()
+
+
+def watch(parent_pid: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> None:
+    """Wait until this process's parent is no longer ``parent_pid``, then send this process SIGTERM;
+    ``os._exit(1)`` if it is still alive ``grace_s`` later."""
+    # getppid, not the parent's pid: a pid can be reused, and a dead parent's child is re-parented
+    # at once (to init, or to the nearest subreaper), so getppid changes exactly when it dies.
+    while os.getppid() == parent_pid:
+        time.sleep(poll_s)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(grace_s)
+    os._exit(1)
