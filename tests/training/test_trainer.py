@@ -450,14 +450,6 @@ def server_args(tmp_path, **overrides):
     return grpo_args(tmp_path, **base)
 
 
-def restore_base_weights(client, tiny_model_dir):
-    """Tests share one server: put the original weights back before a run that assumes them."""
-    from transformers import AutoModelForCausalLM
-
-    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
-    client.update_weights(list(base.named_parameters()))
-
-
 class LogprobCheck(TrainerCallback):
     """After each sync (added after the trainer's own on_step_end), sample from the server and
     compare its log-probs with the trainer's for the same tokens."""
@@ -486,8 +478,8 @@ class LogprobCheck(TrainerCallback):
 
 
 @pytest.mark.server
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_server_full_sync_matches_logprobs_and_starts_on_policy(tiny_model_dir, vllm_server, tmp_path):
-    restore_base_weights(vllm_server, tiny_model_dir)
     env = server_env()
     trainer = make_trainer(tiny_model_dir, vllm_server, server_args(tmp_path), env=env)
     check = LogprobCheck(trainer)
@@ -505,8 +497,8 @@ def test_server_full_sync_matches_logprobs_and_starts_on_policy(tiny_model_dir, 
 
 
 @pytest.mark.server
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_server_one_batch_ahead(tiny_model_dir, vllm_server, tmp_path):
-    restore_base_weights(vllm_server, tiny_model_dir)
     trainer = make_trainer(
         tiny_model_dir,
         vllm_server,
@@ -521,8 +513,8 @@ def test_server_one_batch_ahead(tiny_model_dir, vllm_server, tmp_path):
 
 
 @pytest.mark.server
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_server_lora_syncs_adapter(tiny_model_dir, vllm_server, tmp_path):
-    restore_base_weights(vllm_server, tiny_model_dir)
     peft_config = vf.lora_defaults(r=8, alpha=16)
     peft_config.init_lora_weights = True
     trainer = make_trainer(
@@ -539,9 +531,9 @@ def test_server_lora_syncs_adapter(tiny_model_dir, vllm_server, tmp_path):
 
 
 @pytest.mark.server
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_server_resume_gives_the_same_next_step_loss(tiny_model_dir, vllm_server, tmp_path):
     common = dict(save_strategy="steps", save_steps=2, save_only_model=False, beta=0.01)
-    restore_base_weights(vllm_server, tiny_model_dir)
     full = make_trainer(tiny_model_dir, vllm_server, server_args(tmp_path / "a", **common), env=server_env())
     full.train()
     resumed = make_trainer(
@@ -556,13 +548,13 @@ def test_server_resume_gives_the_same_next_step_loss(tiny_model_dir, vllm_server
 
 
 @pytest.mark.server
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_vf_train_toml_runs_rltrainer_against_a_running_server(tiny_model_dir, vllm_server, tmp_path):
     """`vf-train @ cfg.toml` (the trainer half of vf-rl): step lines, a sample block, LoRA checkpoint files."""
     import os
     import subprocess
     import sys
 
-    restore_base_weights(vllm_server, tiny_model_dir)
     port = vllm_server.base_url.rstrip("/").rsplit(":", 1)[1].split("/")[0]
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(
@@ -615,9 +607,9 @@ mask_truncated_completions = false
 
 
 @pytest.mark.server
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_server_honours_batch_fields_assigned_after_grpo_defaults(tiny_model_dir, vllm_server, tmp_path):
     """The 0.1.x habit: grpo_defaults(), then assign the batch fields. Count what each step scores."""
-    restore_base_weights(vllm_server, tiny_model_dir)
     args = vf.grpo_defaults(
         run_name="assigned", output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none"
     )
@@ -654,9 +646,9 @@ def test_server_honours_batch_fields_assigned_after_grpo_defaults(tiny_model_dir
 
 
 @pytest.mark.server
+@pytest.mark.usefixtures("base_weights")  # tests/training/conftest.py
 def test_server_cuts_long_prompts_before_the_server(tiny_model_dir, vllm_server, tmp_path):
     """max_prompt_length: the server conditions on the cut prompt, and those ids are trained."""
-    restore_base_weights(vllm_server, tiny_model_dir)
     long_q = "Repeat after me: " + " ".join(f"word{i}" for i in range(100))
     rows = {"question": [f"{i}. {long_q}" for i in range(8)], "answer": [""] * 8}
     env = vf.SingleTurnEnv(
