@@ -34,8 +34,6 @@ IPC_PREFIX = "vf-vllm-ipc-"
 # In a server's socket folder: the other files vLLM made for it, one path a line, for whoever
 # removes the folder after the server was killed.
 LEFTOVERS = "leftovers"
-# Where POSIX shared memory (shm_open, sem_open) lives on Linux.
-SHM_DIR = "/dev/shm"
 # The shared memory a server may list: Python's shared_memory segments and multiprocessing's
 # named semaphores. Nothing else in /dev/shm is ever removed from a list.
 SHM_PREFIXES = ("psm_", "sem.mp-")
@@ -104,7 +102,7 @@ def _removable(path: Path, base: Path) -> bool:
     """Whether a listed path is one vLLM makes: a list is data, not a command."""
     if path.parent == base and path.name.startswith("vllm_dist_"):
         return True
-    if path.parent == Path(SHM_DIR) and path.name.startswith(SHM_PREFIXES):
+    if path.parent == Path(owned_files.SHM_DIR) and path.name.startswith(SHM_PREFIXES):
         try:  # this user's own segment, not a link to something else
             st = os.lstat(path)
         except OSError:
@@ -120,7 +118,7 @@ def _read_leftovers(folder: str) -> list[Path]:
         return []
 
 
-def shared_memory_of(pids: Iterable[int], shm_dir: str = SHM_DIR) -> list[str]:
+def shared_memory_of(pids: Iterable[int], shm_dir: str = owned_files.SHM_DIR) -> list[str]:
     """The ``psm_*`` / ``sem.mp-*`` files in ``shm_dir`` that the processes ``pids`` have mapped.
 
     Matched by inode, not by the name in ``/proc/<pid>/maps``: glibc's ``sem_open`` creates a

@@ -118,7 +118,7 @@ def tensor_meta(named_tensors: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def transfer_dir(min_free_bytes: int = 0) -> Path:
     """``/dev/shm`` when it exists, is writable and has room; otherwise the temp dir."""
-    shm = Path("/dev/shm")
+    shm = Path(owned_files.SHM_DIR)
     try:
         if shm.is_dir() and os.access(shm, os.W_OK):
             st = os.statvfs(shm)
@@ -261,7 +261,7 @@ def remove_abandoned_transfer_files() -> None:
     """Remove the weight files and adapter folders that processes killed on this machine left in
     ``/dev/shm`` or the temp dir (a SIGKILL, the OOM killer: no cleanup ran). Only paths no live
     process holds (verifiers/utils/owned_files.py), and only this user's."""
-    dirs = {Path("/dev/shm"), Path(tempfile.gettempdir())}
+    dirs = {Path(owned_files.SHM_DIR), Path(tempfile.gettempdir())}
     found = [
         p for d in dirs if d.is_dir() for kind in ("weights", "lora")
         for p in d.glob(f"{FILE_PREFIX}{kind}-*") if is_transfer_name(p, kind)

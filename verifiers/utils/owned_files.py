@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterable
 
 MIN_AGE_S = 10.0  # far longer than the gap between a path's creation and its lock
+SHM_DIR = "/dev/shm"  # where POSIX shared memory (shm_open, sem_open) lives on Linux
 
 # path -> the descriptor that holds its shared lock. No threading.Lock around it: release_all
 # runs in a signal handler, which would deadlock on a lock its own thread holds; each dict
