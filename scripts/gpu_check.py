@@ -867,6 +867,69 @@ def _grpo_run(ctx: Context, mode: str) -> str:
     return f"{mode}: " + judge_steps(step_rows(out / "runs" / "metrics.jsonl"), steps=3)
 
 
+@check("vllm_killed_server_frees_gpu", cuda=True, needs=("vllm",))
+def vllm_killed_server_frees_gpu(ctx: Context) -> str:
+    """vf-vllm on CUDA killed alone (kill -9 of its pid): its engine processes end and free the GPU."""
+    import signal
+
+    import psutil  # a vLLM dependency
+    import torch
+
+    from verifiers.inference.server_files import remove_abandoned_ipc_dirs
+
+    port = _free_port()
+    out = ctx.work / "killed"
+    out.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", str(ctx.tiny()), "--port", str(port)]
+    cmd += ["--max-model-len", "512", "--enforce-eager", "--gpu-memory-utilization", "0.3"]
+    free_before = torch.cuda.mem_get_info()[0]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
+    with open(out / "server.log", "w") as log:
+        server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    engine: list[Any] = []
+    try:
+        _wait_ready(port, server, out / "server.log", timeout=180)
+        engine = psutil.Process(server.pid).children(recursive=True)
+        held = free_before - torch.cuda.mem_get_info()[0]
+        if held < 1 << 30:
+            raise AssertionError(f"the server holds {held / 2**30:.2f} GiB of the GPU: nothing to free")
+        t0 = time.monotonic()
+        os.kill(server.pid, signal.SIGKILL)  # the pid alone, as a user's kill or the OOM killer would
+        server.wait(30)
+
+        def running() -> list[int]:
+            alive = []
+            for p in engine:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if p.status() != psutil.STATUS_ZOMBIE:
+                        alive.append(p.pid)
+            return alive
+
+        while running() and time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+        if running():
+            raise AssertionError(f"engine processes {running()} still running 60 s after the kill")
+        gone_s = time.monotonic() - t0
+        # The driver frees a dead process's memory shortly after it ends.
+        while free_before - torch.cuda.mem_get_info()[0] > 512 << 20 and time.monotonic() - t0 < 90:
+            time.sleep(0.2)
+        left = free_before - torch.cuda.mem_get_info()[0]
+        if left > 512 << 20:
+            raise AssertionError(f"{left / 2**30:.2f} GiB of the GPU still held 90 s after the kill")
+        freed_s = time.monotonic() - t0
+    finally:
+        for p in engine:  # whatever outlived a failed check
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        remove_abandoned_ipc_dirs(tempfile.gettempdir())
+    return (
+        f"{len(engine)} engine processes gone {gone_s:.1f} s after the kill, "
+        f"{held / 2**30:.1f} GiB of GPU memory free again after {freed_s:.1f} s"
+    )
+
+
 def step_rows(metrics_file: Path) -> list[dict[str, Any]]:
     """The training steps' rows of a run's ``runs/metrics.jsonl`` (eval and summary rows left out)."""
     if not metrics_file.is_file():
@@ -998,7 +1061,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for c in CHECKS:
-            print(f"{c.name:26} {'[CUDA] ' if c.cuda else ''}{c.doc}")
+            print(f"{c.name:30} {'[CUDA] ' if c.cuda else ''}{c.doc}")
         return 0
     checks = select(args.only)
     import torch

@@ -78,10 +78,11 @@ def test_registry_names_are_unique_and_cover_the_issue(gc):
         "peft_adapter_roundtrip",
         "vllm_api_surface",
         "vllm_grpo_steps",
+        "vllm_killed_server_frees_gpu",
         "throughput_vs_trl",
     ):
         assert name in names, name
-    assert {c.name for c in gc.CHECKS if c.cuda} == {"vllm_grpo_steps"}
+    assert {c.name for c in gc.CHECKS if c.cuda} == {"vllm_grpo_steps", "vllm_killed_server_frees_gpu"}
 
 
 def test_unknown_check_name_is_refused(gc):
