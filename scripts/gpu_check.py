@@ -875,6 +875,7 @@ def vllm_killed_server_frees_gpu(ctx: Context) -> str:
     import psutil  # a vLLM dependency
     import torch
 
+    from verifiers.inference.parent_watch import still_running
     from verifiers.inference.server_files import remove_abandoned_ipc_dirs
 
     port = _free_port()
@@ -897,18 +898,12 @@ def vllm_killed_server_frees_gpu(ctx: Context) -> str:
         os.kill(server.pid, signal.SIGKILL)  # the pid alone, as a user's kill or the OOM killer would
         server.wait(30)
 
-        def running() -> list[int]:
-            alive = []
-            for p in engine:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    if p.status() != psutil.STATUS_ZOMBIE:
-                        alive.append(p.pid)
-            return alive
-
-        while running() and time.monotonic() - t0 < 60:
+        while still_running(engine) and time.monotonic() - t0 < 60:
             time.sleep(0.2)
-        if running():
-            raise AssertionError(f"engine processes {running()} still running 60 s after the kill")
+        if still_running(engine):
+            raise AssertionError(
+                f"engine processes {still_running(engine)} still running 60 s after the kill"
+            )
         gone_s = time.monotonic() - t0
         # The driver frees a dead process's memory shortly after it ends.
         while free_before - torch.cuda.mem_get_info()[0] > 512 << 20 and time.monotonic() - t0 < 90:

@@ -4,16 +4,17 @@ plain multiprocessing children instead of vLLM's; test_server.py kills a real se
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import psutil  # a vLLM dependency
 import pytest
 
 from verifiers.inference import parent_watch
+from verifiers.inference.parent_watch import still_running
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,16 +39,7 @@ PARENT = textwrap.dedent(
 )
 
 
-def alive(pid: int) -> bool:
-    """Running and not a zombie (a re-parented child is reaped by whoever adopted it, if at all)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def start(tmp_path: Path, watch: str | None) -> tuple[subprocess.Popen, int]:
+def start(tmp_path: Path, watch: str | None) -> tuple[subprocess.Popen, psutil.Process]:
     script = tmp_path / "parent.py"  # spawn re-imports the main module from its file
     script.write_text(PARENT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -55,7 +47,7 @@ def start(tmp_path: Path, watch: str | None) -> tuple[subprocess.Popen, int]:
     if watch is not None:
         env[parent_watch.ENV] = watch
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
-    child = int(proc.stdout.readline())
+    child = psutil.Process(int(proc.stdout.readline()))
     assert proc.stdout.readline().strip() == "ready"
     return proc, child
 
@@ -63,19 +55,23 @@ def start(tmp_path: Path, watch: str | None) -> tuple[subprocess.Popen, int]:
 @pytest.mark.parametrize("watch", ["1", "0", None])
 def test_a_child_ends_with_its_killed_parent_only_where_vf_vllm_asked(tmp_path, watch):
     parent, child = start(tmp_path, watch)
+
+    def alive() -> bool:
+        return bool(still_running([child]))
+
     try:
-        assert alive(child)
+        assert alive()
         parent.kill()  # SIGKILL: the parent runs no cleanup, as in a kill -9 of vf-vllm
         parent.wait(10)
         # The watch looks once a second: 2 s shows a child left alone; one watched ends sooner.
         deadline = time.monotonic() + (10 if watch == "1" else 2)
-        while alive(child) and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert alive(child) is (watch != "1")
+        assert alive() is (watch != "1")
     finally:
         parent.stdout.close()
-        if alive(child):
-            os.kill(child, signal.SIGKILL)
+        if alive():
+            child.kill()
 
 
 def test_the_hook_does_nothing_outside_a_multiprocessing_child(monkeypatch):
@@ -83,3 +79,20 @@ def test_the_hook_does_nothing_outside_a_multiprocessing_child(monkeypatch):
     monkeypatch.setattr(parent_watch, "_started", False)
     parent_watch.register()  # pytest's own process: nobody's multiprocessing child
     assert not parent_watch._started
+
+
+def test_still_running_counts_a_zombie_and_a_reaped_process_as_ended():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = psutil.Process(proc.pid)
+    try:
+        assert still_running([child]) == [proc.pid]
+        proc.kill()
+        deadline = time.monotonic() + 10
+        while child.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.05)  # killed, not yet reaped: a zombie, as under a non-reaping init
+        assert child.status() == psutil.STATUS_ZOMBIE
+        assert still_running([child]) == []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert still_running([child]) == []  # reaped: no such process

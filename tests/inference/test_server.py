@@ -317,22 +317,17 @@ def test_a_server_killed_alone_takes_its_engine_processes_with_it(server):
 
     import psutil  # a vLLM dependency
 
+    from verifiers.inference.parent_watch import still_running
     from verifiers.inference.server_files import remove_abandoned_ipc_dirs
 
     engine = psutil.Process(server.proc.pid).children(recursive=True)  # multiprocessing's tracker too
     assert "VLLM::EngineCore" in {p.name() for p in engine}, engine
 
-    def running() -> list[int]:
-        out = []
-        for p in engine:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                if p.status() != psutil.STATUS_ZOMBIE:  # one re-parented to a non-reaping init
-                    out.append(p.pid)
-        return out
-
     os.kill(server.proc.pid, signal.SIGKILL)
     server.proc.wait(30)
-    assert poll_until(lambda: not running() or None, Backoff(0.1, 0.5, timeout=60)), running()
+    assert poll_until(lambda: not still_running(engine) or None, Backoff(0.1, 0.5, timeout=60)), (
+        still_running(engine)
+    )
     remove_abandoned_ipc_dirs(tempfile.gettempdir())  # its socket folder, as its next start would
 
 

@@ -21,10 +21,16 @@ server process) it does nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 ENV = "VF_VLLM_END_WITH_PARENT"  # "1": vf-vllm set it; "0" (set by the user) turns the watch off
 POLL_S = 1.0
@@ -57,3 +63,19 @@ def watch(parent_pid: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> 
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(grace_s)
     os._exit(1)
+
+
+def still_running(processes: Iterable[psutil.Process]) -> list[int]:
+    """The pids of ``processes`` that are still running: how the tests and
+    scripts/gpu_check.py see whether the watch ended a killed server's engine processes.
+
+    A zombie counts as ended: a process re-parented to an init that does not reap (a container's)
+    stays a zombie, holding neither memory nor the GPU."""
+    import psutil  # a dependency of vLLM
+
+    running = []
+    for p in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.status() != psutil.STATUS_ZOMBIE:
+                running.append(p.pid)
+    return running
