@@ -877,6 +877,7 @@ def vllm_killed_server_frees_gpu(ctx: Context) -> str:
 
     from verifiers.inference.parent_watch import still_running
     from verifiers.inference.server_files import remove_abandoned_ipc_dirs
+    from verifiers.utils.backoff import Backoff, poll_until
 
     port = _free_port()
     out = ctx.work / "killed"
@@ -898,19 +899,18 @@ def vllm_killed_server_frees_gpu(ctx: Context) -> str:
         os.kill(server.pid, signal.SIGKILL)  # the pid alone, as a user's kill or the OOM killer would
         server.wait(30)
 
-        while still_running(engine) and time.monotonic() - t0 < 60:
-            time.sleep(0.2)
-        if still_running(engine):
+        if not poll_until(lambda: not still_running(engine) or None, Backoff(0.1, 0.5, timeout=60)):
             raise AssertionError(
                 f"engine processes {still_running(engine)} still running 60 s after the kill"
             )
         gone_s = time.monotonic() - t0
+
+        def held_now() -> int:
+            return free_before - torch.cuda.mem_get_info()[0]
+
         # The driver frees a dead process's memory shortly after it ends.
-        while free_before - torch.cuda.mem_get_info()[0] > 512 << 20 and time.monotonic() - t0 < 90:
-            time.sleep(0.2)
-        left = free_before - torch.cuda.mem_get_info()[0]
-        if left > 512 << 20:
-            raise AssertionError(f"{left / 2**30:.2f} GiB of the GPU still held 90 s after the kill")
+        if not poll_until(lambda: held_now() <= 512 << 20 or None, Backoff(0.1, 0.5, timeout=90 - gone_s)):
+            raise AssertionError(f"{held_now() / 2**30:.2f} GiB of the GPU still held 90 s after the kill")
         freed_s = time.monotonic() - t0
     finally:
         for p in engine:  # whatever outlived a failed check
