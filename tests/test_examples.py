@@ -6,9 +6,10 @@
   builds are checked against its docstring's server command (``--max-model-len``,
   ``--max-lora-rank``, tool-call flags) and its prompts against ``max_prompt_length``;
   ``examples/sft.py``'s data handling as plain functions.
+  Each ``vf-rl`` command in the docstrings passes ``vf-rl --dry-run`` (in-process).
 - Slow (``-m slow``): ``examples/sft.py`` trains 2 steps on the tiny model from rollouts
   saved the way ``vf-eval -s`` saves them; each GRPO example trains 1 step against
-  ``tests/fakeserver.py``; each ``vf-rl`` command in the docstrings passes ``--dry-run``.
+  ``tests/fakeserver.py``.
 
 No vLLM server is started here.
 """
@@ -421,11 +422,17 @@ def test_grpo_example_trains_one_step(env_dir, tiny_model_dir, tmp_path, monkeyp
     assert any(path == "/v1/chat/completions" for path, _ in server.requests)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("env_dir", ENV_DIRS)
-def test_vf_rl_commands_in_docstrings_validate(env_dir):
-    """Each `vf-rl @ ...` command a GRPO example shows passes vf-rl's own checks (--dry-run)."""
+def test_vf_rl_commands_in_docstrings_validate(env_dir, monkeypatch, capsys):
+    """Each `vf-rl @ ...` command a GRPO example shows passes vf-rl's own checks (--dry-run).
+
+    In this process, through vf-rl's entry point (``main(argv)``), from the checkout as a user
+    types it: a subprocess per command cost ~9 s of imports each (test_rl_cli runs the real process)."""
+    from verifiers.cli.rl import plan
+
+    monkeypatch.chdir(ROOT)
     for cmd in vf_rl_commands(docstring(GRPO_SCRIPTS[env_dir])):
-        argv = [sys.executable, "-m", "verifiers.cli.rl.plan", *cmd[1:], "--dry-run"]
-        proc = subprocess.run(argv, cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, f"{shlex.join(cmd)}\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}"
+        status = plan.main([*cmd[1:], "--dry-run"])
+        out, err = capsys.readouterr()
+        assert status == 0, f"{shlex.join(cmd)}\n{out[-1500:]}{err[-1500:]}"
+        assert "\ninference: " in out and "\ntrainer: " in out, out
