@@ -8,7 +8,7 @@ One vf-vllm server; ``tests/drivers/soak_run.py`` trains against it in a subproc
 ``vf-rl`` would (``RLTrainer``, LoRA, one batch ahead, a checkpoint every 25 steps,
 ``save_total_limit=2``) and samples both process trees (the server's includes its engine
 core) at step 1 and every ``--every`` steps. ``tests/training/test_soak.py`` asserts the
-same run at 200 steps (and its Python object count). Target: every figure at the last step within 10% of step 100
+same run at 300 steps. Target: every figure at the last step within 10% of step 100
 (``--every`` × 4; × 2 in runs shorter than ``--every`` × 8); the trainer's RSS is the
 memory in use and its threads leave out asyncio's pool (see ``soak_run``). Writes
 ``soak.json`` and ``soak.png`` (one panel per figure, trainer and server) to ``--out``;
