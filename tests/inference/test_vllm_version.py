@@ -200,3 +200,15 @@ def test_vf_vllm_refuses_an_untested_vllm_at_start_in_one_line(monkeypatch, caps
         "(pip install 'vllm>=0.26.0,<0.34' (or pip install 'verifiers[vllm]'); "
         "VF_ALLOW_UNTESTED_VLLM=1 runs it anyway, untested)"
     ]
+
+
+def test_contract_tier_checks_every_minor_release_of_the_claimed_range():
+    """The contract tier (tests/contract/) checks one release of each minor in RANGES["vllm"]: no claim untested."""
+    from tests.contract.sources import RELEASES
+
+    low, high = vv.RANGES["vllm"]
+    assert vv.parse_version(RELEASES[0]) == vv._pad(low), "the lowest release claimed is checked itself"
+    minors = [vv.parse_version(r)[:2] for r in RELEASES]
+    assert minors == [(0, m) for m in range(low[1], high[1])], "one release per minor, in order"
+    for release in RELEASES:  # and every one inside the range vf-vllm accepts
+        vv.check_vllm_version("vllm", release)

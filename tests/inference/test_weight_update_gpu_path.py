@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -540,3 +541,224 @@ def test_vf_vllm_environment_defaults_keep_what_the_user_set():
     # The server keeps idle connections longer than httpx's pool does (5 s), so the client
     # always closes first and never sends on a connection the server is closing.
     assert int(SERVER_ENV_DEFAULTS["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 5
+
+
+# -- issue 39 finding 3: a GPU sync never holds the whole model on the main rank ------------------
+
+LAYERS, PER_TENSOR = 8, 4000  # two 4000-byte tensors per layer: 64 kB in all
+CHUNK = 16000  # max_file_bytes: two layers per chunk
+
+
+def layered_spec() -> dict:
+    params = {}
+    for i in range(LAYERS):
+        for part in ("up", "down"):
+            params[f"model.layers.{i}.{part}.weight"] = [[PER_TENSOR // 4], "F32"]
+    return {"params": params, "fused": {}, "tied": False, "source": "safetensors"}
+
+
+class LiveBytes:
+    """Bytes of the stream's tensors still alive (any tensor object still viewing their storage)."""
+
+    def __init__(self) -> None:
+        self.made: dict[int, int] = {}  # storage address -> bytes
+        self.at_send: list[int] = []
+
+    def make(self) -> Any:
+        t = torch.zeros(PER_TENSOR // 4)
+        self.made[t.untyped_storage().data_ptr()] = PER_TENSOR
+        return t
+
+    def now(self) -> int:
+        import gc
+
+        gc.collect()
+        alive = {
+            o.untyped_storage().data_ptr() for o in gc.get_objects() if issubclass(type(o), torch.Tensor)
+        }
+        return sum(n for ptr, n in self.made.items() if ptr in alive)
+
+    def stream(self):
+        """A trainer's sync stream: each layer's tensors made (gathered) when they are read."""
+        for i in range(LAYERS):
+            for part in ("up", "down"):
+                yield f"model.layers.{i}.{part}.weight", self.make()
+
+
+def counting_sender(live: LiveBytes):
+    """vLLM's trainer engine as far as the control sees it, measuring what is alive at each round."""
+
+    class Sender:
+        def __init__(self, control, *, master_address, master_port, world_size):
+            control.init_weight_transfer_engine({"master_address": master_address})
+            self.control = control
+
+        def send(self, tensors, ready=None):
+            live.at_send.append(live.now())
+            self.control.start_weight_update()
+            self.control.update_weights(
+                {
+                    "names": list(tensors),
+                    "dtype_names": ["float32"] * len(tensors),
+                    "shapes": [list(t.shape) for t in tensors.values()],
+                }
+            )
+            self.control.finish_weight_update()
+
+        def close(self):
+            pass
+
+    return Sender
+
+
+@pytest.mark.parametrize("kind", ["nccl", "ipc"])
+def test_gpu_sync_holds_one_chunk_of_whole_layers_at_a_time(gpu, monkeypatch, kind):
+    live = LiveBytes()
+    monkeypatch.setattr(transport, "NcclWeightSender", counting_sender(live))
+
+    def share(tensors):  # CUDA IPC handles made up; what is alive is measured for real
+        live.at_send.append(live.now())
+        meta = transport.tensor_meta(tensors)
+        handles = [{"GPU-aaaa": [0] * 15} for _ in meta]
+        info = {
+            "names": [m["name"] for m in meta],
+            "dtype_names": [m["dtype"] for m in meta],
+            "shapes": [m["shape"] for m in meta],
+            "ipc_handles": handles,
+        }
+        return [], info
+
+    monkeypatch.setattr(ipc_update, "share", share)
+    monkeypatch.setattr(WeightSyncExtension, "vf_receive_ipc", lambda self, info: self.update_weights(info))
+    d, worker = gpu(kind)
+    d.state.spec = layered_spec()
+    params = [
+        {"name": n, "shape": shape, "dtype": "float32"} for n, (shape, _) in d.state.spec["params"].items()
+    ]
+    client = VLLMClient(d.url)
+    version = client.update_weights(
+        live.stream(), params=params, transport_name=kind, max_file_bytes=CHUNK, timeout=60
+    )
+    assert version == 1 and worker.weights == "new" and client.health()["weight_version"] == 1
+    print(f"{kind}: bytes alive at each round {live.at_send} (model {LAYERS * 2 * PER_TENSOR})")
+    # Before: the whole stream was drained into one dict, 64000 bytes alive at the one send.
+    assert max(live.at_send) <= CHUNK + 2 * PER_TENSOR, live.at_send  # a chunk plus one layer
+    assert len(live.at_send) == LAYERS // 2  # one round per chunk of two layers, in one transaction
+    names = [n for info in worker.received for n in info["names"]]
+    assert sorted(names) == sorted(d.state.spec["params"])  # each tensor once
+
+
+def test_commit_refuses_a_partial_gpu_update_and_a_round_may_not_repeat_a_tensor(gpu):
+    d, worker = gpu()
+    d.state.spec = layered_spec()
+    params = [
+        {"name": n, "shape": shape, "dtype": "float32"} for n, (shape, _) in d.state.spec["params"].items()
+    ]
+    assert post(d, "/vf/weights/begin", {"update_id": "u", "transport": "nccl", "params": params}).ok
+
+    def info(names):
+        return {"names": names, "dtype_names": ["float32"] * len(names), "shapes": [[1000]] * len(names)}
+
+    first = [p["name"] for p in params[:4]]
+    assert post(d, "/vf/weights/nccl", {"update_id": "u", "update_info": info(first)}).ok
+    r = post(d, "/vf/weights/commit", {"update_id": "u", "version": 1})
+    assert r.status_code == 409 and "still misses 12 tensors" in r.json()["error"]["message"]
+    r = post(d, "/vf/weights/nccl", {"update_id": "u", "update_info": info(first[:1])})
+    assert r.status_code == 400 and "already sent" in r.json()["error"]["message"]
+    rest = [p["name"] for p in params[4:]]
+    assert post(d, "/vf/weights/nccl", {"update_id": "u", "update_info": info(rest)}).ok
+    assert post(d, "/vf/weights/commit", {"update_id": "u", "version": 1}).ok
+    assert len(worker.received) == 2 and worker.weights == "new"
+
+
+# -- issue 39 finding 10: the GPU set of every data-parallel engine --------------------------------
+
+
+def dp_engine(per_engine: dict[bytes, list], client_cls_name: str = "DPLBAsyncMPClient"):
+    """vLLM 0.32's ``AsyncLLM.collective_rpc`` over its own DP core client, each engine stood in by
+    its ``_call_utility_async`` answer (what that engine's workers return)."""
+    pytest.importorskip("vllm")
+    from types import MethodType
+
+    from vllm.v1.engine import core_client
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    core = object.__new__(getattr(core_client, client_cls_name))
+    core.core_engines = list(per_engine)
+    core.core_engine = core.core_engines[0]
+
+    async def call_one(self, method, *args, engine):
+        assert method == "collective_rpc"
+        return list(per_engine[engine])
+
+    core._call_utility_async = MethodType(call_one, core)
+    pc = SimpleNamespace(data_parallel_size=len(per_engine), world_size_across_dp=2)
+    engine = SimpleNamespace(engine_core=core, vllm_config=SimpleNamespace(parallel_config=pc))
+    engine.collective_rpc = MethodType(AsyncLLM.collective_rpc, engine)
+    return engine
+
+
+def test_probe_devices_and_rendezvous_files_ask_every_data_parallel_engine():
+    import asyncio
+
+    from verifiers.inference.server_state import State
+
+    engine = dp_engine({b"\x00\x00": ["GPU-aaaa"], b"\x01\x00": ["GPU-bbbb"]})
+    # What vLLM's own collective_rpc answers with data parallel 2: engine 0's workers only.
+    assert asyncio.run(engine.collective_rpc("vf_device_uuid")) == ["GPU-aaaa"]
+    st = State(settings=Settings(), engine=engine, device="cuda")
+    # before: ["GPU-aaaa"], and a trainer on GPU-bbbb got NCCL, which fails there
+    assert asyncio.run(st.probe_devices()) == ["GPU-aaaa", "GPU-bbbb"] and st.device_uuids_complete
+    files = dp_engine({b"\x00\x00": ["/tmp/vllm_dist_a"], b"\x01\x00": ["/tmp/vllm_dist_b", None]})
+    st = State(settings=Settings(), engine=files)
+    assert asyncio.run(st.note_rendezvous_files()) == ["/tmp/vllm_dist_a", "/tmp/vllm_dist_b"]
+
+
+def test_unknown_gpus_of_a_data_parallel_server_never_pick_nccl():
+    import asyncio
+
+    from verifiers.inference.server_state import State
+
+    async def one_engine_only(method, timeout=None, args=(), kwargs=None):
+        return ["GPU-aaaa"]  # an engine client with no per-engine call
+
+    pc = SimpleNamespace(data_parallel_size=2)
+    engine = SimpleNamespace(collective_rpc=one_engine_only, vllm_config=SimpleNamespace(parallel_config=pc))
+    st = State(settings=Settings(), engine=engine, device="cuda")
+    assert asyncio.run(st.probe_devices()) == [] and not st.device_uuids_complete
+    facts = {**server("nccl"), "device_uuids_complete": False}
+    assert choose({"w": on("cuda:1")}, facts)[0] == "shm"  # it might share an unknown engine's GPU
+    assert choose({"w": on("cuda:1")}, {**facts, "device_uuids_complete": True}) == ("nccl", [])
+
+
+# -- issue 39 finding 11: the server releases a trainer's NCCL group -------------------------------
+
+
+def test_a_new_trainer_group_releases_the_old_one_and_closing_releases_it(gpu, monkeypatch):
+    senders: list = []
+    monkeypatch.setattr(transport, "NcclWeightSender", fake_sender(senders))
+    d, worker = gpu()
+    released: list[str] = []
+
+    async def shutdown_weight_transfer_engine():  # AsyncLLM's, vLLM 0.32+
+        released.append("shutdown")
+
+    d.engine.shutdown_weight_transfer_engine = shutdown_weight_transfer_engine
+    client = VLLMClient(d.url)
+    assert client.update_weights(weights(1.0), transport_name="nccl") == 1
+    assert released == []
+    # The trainer is killed (nothing closed) and a new one opens a group: the old one is released.
+    other = VLLMClient(d.url)
+    other.version = 1
+    assert other.update_weights(weights(2.0), transport_name="nccl") == 2
+    assert released == ["shutdown"]
+    other.close()  # a trainer that ends closes its channel: the server releases its end
+    assert released == ["shutdown", "shutdown"] and not d.state.nccl_group_open
+    assert requests.post(d.url + "/vf/nccl/shutdown", timeout=10).json() == {"released": False}
+
+
+def test_release_without_shutdown_weight_transfer_engine_is_a_no_op(gpu):
+    d, worker = gpu()  # vLLM 0.26's AsyncLLM has no shutdown_weight_transfer_engine
+    assert not hasattr(d.engine, "shutdown_weight_transfer_engine")
+    d.state.nccl_group_open = True
+    assert requests.post(d.url + "/vf/nccl/shutdown", timeout=10).json() == {"released": False}

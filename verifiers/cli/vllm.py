@@ -538,6 +538,9 @@ SERVER_ENV_DEFAULTS = {
     "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
     # vLLM's engine processes end when this server is killed (verifiers/inference/parent_watch.py).
     "VF_VLLM_END_WITH_PARENT": "1",
+    # vLLM's "Failed to load weights" once per process, not per layer a sync does not send
+    # (verifiers/inference/log_filter.py).
+    "VF_VLLM_ONE_RELOAD_WARNING": "1",
 }
 
 

@@ -315,6 +315,7 @@ class VLLMClient:
             "device": device,
             "transports": list(facts.get("transports") or ["nccl"]),
             "device_uuids": list(facts.get("device_uuids") or []),
+            "device_uuids_complete": facts.get("device_uuids_complete", True),
         }
 
     @staticmethod
@@ -354,7 +355,9 @@ class VLLMClient:
         """Push checkpoint-named tensors (``model.named_parameters()`` names); returns the version.
 
         One transaction however large: above ``max_file_bytes`` the data goes as several
-        files (cut between layers), all loaded while generation stays paused.
+        files (cut between layers), all loaded while generation stays paused. Over ``nccl`` and
+        ``ipc`` the same cut makes one broadcast round (or IPC receive) per chunk, on the
+        tensors' device: the main rank holds one chunk of about ``max_file_bytes`` at a time.
 
         Streaming form (a trainer's sync, so it never holds the whole model): ``params``
         announces every tensor's ``{name, shape, dtype}`` up front, and ``named_tensors`` is
@@ -377,11 +380,19 @@ class VLLMClient:
             transport_name = transport.choose_transport(
                 tensors, self._server_facts(device), self._shm_ok, transport.env_override()
             )
-        if stream is not None and transport_name not in ("shm", "http"):
-            tensors.update(stream)  # the GPU transports take an update whole
-            stream = None
         if transport_name in ("nccl", "ipc"):
-            return self._update_nccl(tensors, version, deadline, pause_mode, transport_name)
+            # One transaction, one broadcast round (nccl) or IPC receive (ipc) per chunk of whole
+            # layers of about max_file_bytes, each made on the tensors' device and dropped before
+            # the next: the main rank never holds the model on its GPU.
+            gpu_params = params if params is not None else transport.tensor_meta(tensors)
+            return self._update_nccl(
+                gpu_params,
+                transport.gpu_chunks(_drain(tensors, stream), max_file_bytes),
+                version,
+                deadline,
+                pause_mode,
+                transport_name,
+            )
         t0 = time.perf_counter()
         if stream is None:
             cpu = transport.prepare_tensors(tensors)
@@ -518,9 +529,16 @@ class VLLMClient:
         closer.join(5.0)
 
     def _update_nccl(
-        self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str, kind: str = "nccl"
+        self,
+        params: list[dict[str, Any]],
+        chunks: Iterable[dict[str, Any]],
+        version: int,
+        deadline: float,
+        pause_mode: str,
+        kind: str = "nccl",
     ) -> int:
-        """One GPU update over ``kind`` (``nccl`` or ``ipc``), on a channel made with this server process.
+        """One GPU update over ``kind`` (``nccl`` or ``ipc``), on a channel made with this server process:
+        ``params`` announced at begin, then ``chunks`` (read lazily) sent in turn, then commit.
 
         The server's health is read first: a channel made with an earlier server
         process (``instance_id`` changed: ``vf-rl`` restarted it) would broadcast to
@@ -557,7 +575,7 @@ class VLLMClient:
                 self.init_nccl()
         channel = self._nccl
         try:
-            self.version = channel.update(tensors, version, deadline, pause_mode)
+            self.version = channel.update(params, chunks, version, deadline, pause_mode)
         finally:
             if channel.broken and self._nccl is channel:
                 self._drop_gpu_channel()
@@ -615,6 +633,14 @@ class VLLMClient:
         self._session.close()
         if self._sync_openai is not None:
             self._sync_openai.close()
+
+
+def _drain(first: dict[str, Any], rest: Iterator[tuple[str, Any]] | None) -> Iterator[tuple[str, Any]]:
+    """``first``'s pairs, each taken out of it as it goes (nothing keeps a sent tensor), then ``rest``."""
+    for name in list(first):
+        yield name, first.pop(name)
+    if rest is not None:
+        yield from rest
 
 
 def is_server_lost(err: BaseException | None) -> bool:

@@ -8,7 +8,8 @@ trainer hands the worker CUDA IPC handles to its own tensors: no copy leaves the
 GPU.
 
 One update: ``begin`` (validation, pause, vLLM's ``start_weight_update``) ->
-``/vf/weights/ipc`` with one handle per tensor -> ``commit``. The handles are
+``/vf/weights/ipc`` with one handle per tensor, once per chunk of whole layers (about
+``max_file_bytes``) -> ``commit``. The handles are
 what ``torch.multiprocessing.reductions.reduce_tensor`` gives (the arguments of
 ``rebuild_cuda_tensor``), keyed by the GPU's UUID as vLLM's receiver expects,
 and JSON-encoded by :func:`encode_handles` (bytes as base64, dtypes and the two
@@ -18,8 +19,8 @@ decodes these with :func:`decode_handles` (an allow-list, no pickle) and calls
 vLLM's ``update_weights`` with the plain tuples, which vLLM 0.26 and newer accept
 unchanged (unpacked mode, the engines' default).
 
-The trainer keeps every shared tensor alive until the commit returned, then
-calls ``torch.cuda.ipc_collect()`` so the storage can be freed. Untested on GPU
+The trainer keeps a chunk's shared tensors alive until the workers loaded that chunk,
+then calls ``torch.cuda.ipc_collect()`` so the storage can be freed. Untested on GPU
 here: the machines this was written on have none (tests/inference/test_weight_update_gpu_path.py
 has the ``gpu`` tests).
 """
@@ -29,7 +30,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verifiers.errors import WeightSyncError
@@ -116,7 +117,7 @@ def decode_handles(encoded: list[dict[str, list]]) -> list[dict[str, tuple]]:
 def share(tensors: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """``(keep_alive, update_info)`` for CUDA ``tensors``: one IPC handle per tensor, keyed by its GPU's UUID.
 
-    The caller holds ``keep_alive`` until the server committed (the handles do
+    The caller holds ``keep_alive`` until the server loaded them (the handles do
     not keep the storage alive). The current stream is synchronised first: the
     worker reads on its own stream and must see the values the optimizer wrote.
     """
@@ -149,7 +150,21 @@ class IpcChannel:
         self.broken = False  # nothing to break: every update stands alone
         self.server_instance: str | None = None
 
-    def update(self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str) -> int:
+    def update(
+        self,
+        params: list[dict[str, Any]],
+        chunks: Iterable[dict[str, Any]],
+        version: int,
+        deadline: float,
+        pause_mode: str,
+    ) -> int:
+        """One update: begin (announcing ``params``), one IPC receive per chunk, commit.
+
+        ``chunks`` is read lazily and each chunk is let go (and ``torch.cuda.ipc_collect``
+        asked to free it) once the workers loaded it, before the next is made: the trainer
+        holds one chunk at a time. The workers copy what they receive into the model within
+        the receive, and torch keeps a shared block alive while a receiver still holds it.
+        """
         client = self.client
 
         def left() -> float:
@@ -160,18 +175,19 @@ class IpcChannel:
             "update_id": update_id,
             "version": version,
             "transport": "ipc",
-            "params": transport.tensor_meta(tensors),
+            "params": params,
             "timeout_s": left(),
             "pause_mode": pause_mode,
         }
         client._request("POST", "/vf/weights/begin", stage="begin", json=begin, timeout=left())
-        keep: list[Any] = []
         try:
-            keep, info = share(tensors)
-            body = {"update_id": update_id, "update_info": info}
-            client._request(
-                "POST", "/vf/weights/ipc", stage="transfer", safe=False, json=body, timeout=left()
-            )
+            it = iter(chunks)
+            while True:
+                chunk = next(it, None)
+                if chunk is None:
+                    break
+                self._receive(update_id, chunk, left())
+                del chunk  # before the next chunk is made: one chunk alive at a time
             commit = {"update_id": update_id, "version": version}
             out = client._request("POST", "/vf/weights/commit", stage="commit", json=commit, timeout=left())
         except BaseException as e:
@@ -179,10 +195,19 @@ class IpcChannel:
             if isinstance(e, WeightSyncError) or not isinstance(e, Exception):
                 raise
             raise WeightSyncError("transfer", f"{type(e).__name__}: {e}", url=client.server_url) from e
+        return int(out["version"])
+
+    def _receive(self, update_id: str, chunk: dict[str, Any], timeout: float) -> None:
+        keep: list[Any] = []
+        try:
+            keep, info = share(chunk)
+            body = {"update_id": update_id, "update_info": info}
+            self.client._request(
+                "POST", "/vf/weights/ipc", stage="transfer", safe=False, json=body, timeout=timeout
+            )
         finally:
             del keep
             _ipc_collect()
-        return int(out["version"])
 
     def close(self) -> None:
         pass

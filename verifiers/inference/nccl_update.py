@@ -10,15 +10,19 @@ http. Untested on GPU here: the machines this was written on have none.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlparse
 
 from verifiers.errors import WeightSyncError
 from verifiers.inference import transport
+
+logger = logging.getLogger("verifiers.inference.nccl_update")
 
 
 class NcclChannel:
@@ -57,16 +61,54 @@ class NcclChannel:
             world_size=client.world_size() + 1,
         )
 
-    def update(self, tensors: dict[str, Any], version: int, deadline: float, pause_mode: str) -> int:
-        """One update: begin, broadcast (in a thread: NCCL calls cannot be interrupted), commit."""
+    def update(
+        self,
+        params: list[dict[str, Any]],
+        chunks: Iterable[dict[str, Any]],
+        version: int,
+        deadline: float,
+        pause_mode: str,
+    ) -> int:
+        """One update: begin (announcing ``params``), one broadcast round per chunk, commit.
+
+        ``chunks`` is read lazily: each chunk is broadcast and dropped before the next one is
+        made (verifiers/inference/transport.py ``gpu_chunks``), so the trainer holds one chunk
+        at a time. Each round runs in a thread (NCCL calls cannot be interrupted) that the
+        caller waits for until the deadline.
+        """
         control = self.control
-        control.begin(tensors, version, pause_mode, deadline)
+        control.begin(params, version, pause_mode, deadline)
+        try:
+            control.open()
+            it = iter(chunks)
+            while True:
+                chunk = next(it, None)
+                if chunk is None:
+                    break
+                self._round(chunk, deadline)
+                del chunk  # before the next chunk is made: one chunk alive at a time
+            control.commit()
+        except Exception as e:
+            self.client._abort(control.update_id)
+            err = e
+            if not isinstance(e, WeightSyncError):
+                err = WeightSyncError("transfer", f"{type(e).__name__}: {e}", url=self.client.server_url)
+                err.__cause__ = e
+            if not (isinstance(err, WeightSyncError) and err.stage in self._BEFORE_BROADCAST):
+                self.broken = True  # a broadcast that failed midway leaves the group out of step
+            self._raise_if_server_lost(err)
+            raise err from err.__cause__
+        return version
+
+    def _round(self, chunk: dict[str, Any], deadline: float) -> None:
+        """One broadcast round of ``chunk`` (the server's receive runs beside it)."""
         error: list[BaseException] = []
-        ready = transport.ready_event(tensors)  # on this thread's stream, where the step ran
+        ready = transport.ready_event(chunk)  # on this thread's stream, where the gathers/step ran
+        self.control.round_params = transport.tensor_meta(chunk)
 
         def run() -> None:
             try:
-                self.sender.send(tensors, ready)
+                self.sender.send(chunk, ready)
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
                 error.append(e)
 
@@ -74,27 +116,15 @@ class NcclChannel:
         thread.start()
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
-            self.client._abort(control.update_id)
             self.broken = True
-            timeout = WeightSyncError(
+            raise WeightSyncError(
                 "transfer",
                 "NCCL broadcast did not finish in time; the NCCL group is unusable",
                 hint="the next update opens a new group; raise the update timeout if the model is large",
                 url=self.client.server_url,
             )
-            self._raise_if_server_lost(timeout)
-            raise timeout
         if error:
-            e = error[0]
-            self.client._abort(control.update_id)
-            if not (isinstance(e, WeightSyncError) and e.stage in self._BEFORE_BROADCAST):
-                self.broken = True  # a broadcast that failed midway leaves the group out of step
-            if not isinstance(e, WeightSyncError):
-                e = WeightSyncError("transfer", f"{type(e).__name__}: {e}", url=self.client.server_url)
-                e.__cause__ = error[0]
-            self._raise_if_server_lost(e)
-            raise e
-        return version
+            raise error[0]
 
     def _raise_if_server_lost(self, err: BaseException) -> None:
         """Raise ``err`` as a lost server (stage ``connect``) when the server is gone or restarted."""
@@ -115,46 +145,79 @@ class NcclChannel:
         ) from err
 
     def close(self) -> None:
-        self.sender.close()
+        """Destroy our end of the group and ask the server to release its end (vLLM 0.32+'s
+        ``shutdown_weight_transfer_engine``), so a trainer restart does not leak a communicator."""
+        try:
+            self.sender.close()
+        finally:
+            self.control.shutdown()
 
 
 class _NcclControl:
-    """vLLM's ``VLLMWeightSyncClient`` protocol over vf's routes (validation, pause, version)."""
+    """vLLM's ``VLLMWeightSyncClient`` protocol over vf's routes (validation, pause, version).
+
+    The transaction is the channel's: :meth:`open` posts begin (every tensor announced) and
+    :meth:`commit` posts commit, around several broadcast rounds. vLLM's trainer engine calls
+    ``start_weight_update`` and ``finish_weight_update`` around each round; here they do
+    nothing, so all rounds land between one ``start_weight_update`` and one
+    ``finish_weight_update`` on the workers (which accept several ``update_weights`` in between).
+    """
 
     def __init__(self, client: Any):
         self.client = client
         self.update_id = ""
         self._begin_body: dict[str, Any] = {}
         self._deadline = 0.0
+        self.round_params: list[dict[str, Any]] = []  # the current round's {name, shape, dtype}
 
     def _left(self) -> float:
         return max(1.0, self._deadline - time.monotonic())
 
-    def begin(self, tensors: dict[str, Any], version: int, pause_mode: str, deadline: float) -> None:
+    def begin(self, params: list[dict[str, Any]], version: int, pause_mode: str, deadline: float) -> None:
         self.update_id, self._deadline = uuid.uuid4().hex, deadline
         self._begin_body = {
             "update_id": self.update_id,
             "version": version,
             "transport": "nccl",
-            "params": transport.tensor_meta(tensors),
+            "params": params,
             "timeout_s": self._left(),
             "pause_mode": pause_mode,
         }
+
+    def open(self) -> None:
+        self.client._request(
+            "POST", "/vf/weights/begin", stage="begin", json=self._begin_body, timeout=self._left()
+        )
+
+    def commit(self) -> None:
+        body = {"update_id": self.update_id, "version": self._begin_body["version"]}
+        self.client._request("POST", "/vf/weights/commit", stage="commit", json=body, timeout=self._left())
+
+    def shutdown(self) -> None:
+        """Best effort: the server releases its end of the group (a dead server needs nothing)."""
+        try:
+            self.client._request("POST", "/vf/nccl/shutdown", stage="init", safe=False, timeout=5.0)
+        except Exception as e:  # noqa: BLE001 - the group is dropped either way
+            logger.debug("the server did not release its NCCL group: %s", e)
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
         self.client._request("POST", "/vf/nccl/init", stage="init", safe=False, json={"init_info": init_info})
 
     def start_weight_update(self) -> None:
-        self.client._request(
-            "POST", "/vf/weights/begin", stage="begin", json=self._begin_body, timeout=self._left()
-        )
+        pass  # the transaction began at open()
 
     def update_weights(self, update_info: Any) -> None:
-        body = {"update_id": self.update_id, "update_info": update_info}
+        info = dict(update_info)
+        if not info.get("names"):
+            # vLLM 0.33 sends empty lists when this round's metadata equals the last one's (its
+            # worker reuses what it kept); the server counts names, so it gets them every round.
+            info["names"] = [p["name"] for p in self.round_params]
+            info["dtype_names"] = [p["dtype"] for p in self.round_params]
+            info["shapes"] = [p["shape"] for p in self.round_params]
+        body = {"update_id": self.update_id, "update_info": info}
         self.client._request(
             "POST", "/vf/weights/nccl", stage="transfer", safe=False, json=body, timeout=self._left()
         )
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
-        body = {"update_id": self.update_id, "version": self._begin_body["version"]}
-        self.client._request("POST", "/vf/weights/commit", stage="commit", json=body, timeout=self._left())
+        pass  # the channel commits after the last round

@@ -9,7 +9,7 @@ Routes (JSON; errors are ``{"error": {"message", "type", "stage"}}`` with a 4xx/
 Open (readiness waits need them; they reveal nothing secret):
 
 * ``GET /vf/health`` -> ``{"status": "ready", "model", "weight_version", "instance_id",
-  "device", "dtype", "device_uuids", "world_size", "lora": {"enabled", "max_rank", "adapters"},
+  "device", "dtype", "device_uuids", "device_uuids_complete", "world_size", "lora": {"enabled", "max_rank", "adapters"},
   "transports", "update_in_progress", "paused", "admin_token_required", "tool_template",
   "last_error"}`` (``instance_id``: new with each server process, so a client tells a
   restart apart even at equal versions; ``dtype``: the served weights' dtype, which syncs are sent in; ``device_uuids``: the workers' physical GPUs;
@@ -33,11 +33,13 @@ Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
   -> ``{"loaded", "seconds", "cpu_seconds"}`` (worker time). One file, or several
   (each of whole layers) for a large update; generation stays paused throughout.
 * ``POST /vf/weights/nccl`` ``{"update_id", "update_info"?}`` (GPU) -> ``{"loaded"}``, once
-  the workers received the broadcast the trainer runs at the same time.
+  the workers received the broadcast round the trainer runs at the same time.
 * ``POST /vf/weights/ipc`` ``{"update_id", "update_info": {"names", "dtype_names",
   "shapes", "ipc_handles"}}`` (GPU shared with the trainer) -> ``{"loaded"}``: the
   workers open the trainer's tensors through CUDA IPC handles, JSON-encoded by
   verifiers/inference/ipc_update.py (no pickle crosses the wire).
+  Both take several calls per update (a trainer sends a chunk of whole layers at a time),
+  each naming tensors announced at begin and not sent yet; commit refuses until all came.
 * ``POST /vf/weights/commit`` ``{"update_id", "version"}`` -> ``{"version", "prefix_cache_reset"}``:
   resets the prefix cache (its blocks hold keys/values of the old weights; running
   requests are recomputed), records the version, resumes generation.
@@ -47,7 +49,10 @@ Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
   device): if no weights had arrived the old ones come back unchanged, else the
   checkpoint is reloaded from disk and ``weight_version`` goes back to 0 (a client's
   ``lost_weights`` then sees it must push again); ``last_error`` says which.
-* ``POST /vf/nccl/init`` ``{"init_info", "timeout_s"?}`` -> ``{"ok": true}`` (vLLM's NCCL engine joins the trainer)
+* ``POST /vf/nccl/init`` ``{"init_info", "timeout_s"?}`` -> ``{"ok": true}`` (vLLM's NCCL engine joins the
+  trainer; a group left by an earlier trainer is released first, see ``/vf/nccl/shutdown``)
+* ``POST /vf/nccl/shutdown`` -> ``{"released"}``: the workers release the trainer's NCCL group
+  (vLLM 0.32+'s ``shutdown_weight_transfer_engine``; 0.26 has none: ``released`` false)
 * ``POST /vf/lora/load`` ``{"name", "path", "version"?}`` and ``PUT /vf/lora/upload/{name}?version=N``
   (body from ``transport.lora_blob``) -> ``{"name", "version", "seconds", "load_seconds"}``: hot-swaps
   the adapter served as model ``name`` (400 with ``code: lora_disabled`` when the
@@ -195,6 +200,9 @@ def build_router() -> APIRouter:
             # otherwise send twice the bytes).
             "dtype": _dtype_name(getattr(getattr(cfg, "model_config", None), "dtype", None)),
             "device_uuids": st.device_uuids,
+            # False when some data-parallel engine could not be asked (device_uuids may miss a GPU
+            # a trainer shares): the client then never picks NCCL from them.
+            "device_uuids_complete": st.device_uuids_complete,
             "world_size": cfg.parallel_config.world_size_across_dp,
             "lora": {
                 "enabled": cfg.lora_config is not None,
@@ -334,6 +342,22 @@ def build_router() -> APIRouter:
         finally:
             path.unlink(missing_ok=True)
 
+    def round_names(u: Update, info: Any, what: str) -> list[str]:
+        """The names one receive of ``u`` brings: announced at begin, not received yet, given once."""
+        if not isinstance(info, dict) or not isinstance(info.get("names"), list) or not info["names"]:
+            raise RouteError(400, "transfer", f"update_info must hold names, dtype_names, shapes{what}")
+        names = [str(n) for n in info["names"]]
+        announced = {p["name"] for p in u.params}
+        stray = [n for n in names if n not in announced or n in u.received]
+        if stray or len(set(names)) != len(names):
+            raise RouteError(
+                400,
+                "transfer",
+                f"update_info names {(stray or names)[0]!r}, not announced at begin or already sent; "
+                "send what begin announced, once",
+            )
+        return names
+
     @router.post("/weights/nccl", dependencies=admin)
     async def nccl(request: Request):
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
@@ -342,14 +366,17 @@ def build_router() -> APIRouter:
         u = st.current(str(body.get("update_id")))
         if u.transport != "nccl":
             raise RouteError(400, "transfer", f"update {u.update_id} began with transport {u.transport!r}")
+        # One broadcast round of several between begin and commit (vLLM's worker takes any number
+        # of update_weights calls between start_weight_update and finish_weight_update).
         info = body.get("update_info") or {
-            "names": [p["name"] for p in u.params],
-            "dtype_names": [p["dtype"] for p in u.params],
-            "shapes": [p["shape"] for p in u.params],
+            "names": [p["name"] for p in u.params if p["name"] not in u.received],
+            "dtype_names": [p["dtype"] for p in u.params if p["name"] not in u.received],
+            "shapes": [p["shape"] for p in u.params if p["name"] not in u.received],
         }
+        names = round_names(u, info, "")
         receive = st.engine.update_weights(WeightTransferUpdateRequest(update_info=info))
-        await receive_into(st, u, receive, "NCCL receive (a timeout leaves the group unusable)")
-        return {"loaded": len(info["names"])}
+        await receive_into(st, u, receive, names, "NCCL receive (a timeout leaves the group unusable)")
+        return {"loaded": len(names)}
 
     @router.post("/weights/ipc", dependencies=admin)
     async def ipc(request: Request):
@@ -358,19 +385,13 @@ def build_router() -> APIRouter:
         info = body.get("update_info")
         if u.transport != "ipc":
             raise RouteError(400, "transfer", f"update {u.update_id} began with transport {u.transport!r}")
-        if not isinstance(info, dict) or not isinstance(info.get("names"), list):
-            raise RouteError(400, "transfer", "update_info must hold names, dtype_names, shapes, ipc_handles")
-        announced = {p["name"] for p in u.params}
-        if set(info["names"]) != announced:
-            raise RouteError(
-                400, "transfer", "update_info names differ from what begin announced; send those"
-            )
+        names = round_names(u, info, ", ipc_handles")
         rpc = st.engine.collective_rpc("vf_receive_ipc", timeout=st.left(u), args=(info,))
-        await receive_into(st, u, rpc, "IPC receive")
-        return {"loaded": len(info["names"])}
+        await receive_into(st, u, rpc, names, "IPC receive")
+        return {"loaded": len(names)}
 
-    async def receive_into(st: State, u: Update, receive: Any, what: str) -> None:
-        """Await a GPU receive of ``u``; on any failure roll the update back before answering."""
+    async def receive_into(st: State, u: Update, receive: Any, names: list[str], what: str) -> None:
+        """Await one GPU receive of ``u``; on any failure roll the update back before answering."""
         u.transfer_started = True
         try:
             await st.call(receive, "transfer", st.left(u), what)
@@ -381,7 +402,8 @@ def build_router() -> APIRouter:
             raise
         if st.update is not u:  # the deadline passed and rolled it back while receiving
             raise RouteError(504, "timeout", f"update {u.update_id} passed its deadline; {st.last_error}")
-        u.loaded = True
+        u.received |= set(names)
+        u.loaded = len(u.received) == len({p["name"] for p in u.params})
 
     @router.post("/weights/commit", dependencies=admin)
     async def commit(request: Request):
@@ -390,9 +412,12 @@ def build_router() -> APIRouter:
             return {"version": st.version, "prefix_cache_reset": True}  # a retried commit
         u = st.current(str(body.get("update_id")))
         if not u.loaded:
-            missing = len(u.params) - len(u.received)
+            missing = [p["name"] for p in u.params if p["name"] not in u.received]
             raise RouteError(
-                409, "commit", f"update {u.update_id} still misses {missing} tensors; send them, then commit"
+                409,
+                "commit",
+                f"update {u.update_id} still misses {len(missing)} tensors ({missing[0]!r} first); "
+                "send them, then commit",
             )
         if u.nccl_started:
             try:
@@ -429,11 +454,19 @@ def build_router() -> APIRouter:
         if "nccl" not in _gpu_transports(st.engine.vllm_config):
             raise RouteError(400, "init", NO_NCCL)
         timeout = _number(body, "timeout_s", st.settings.update_timeout_s)
+        if st.nccl_group_open:  # a trainer restarted without closing: its communicator would leak
+            await st.shutdown_weight_transfer(timeout)
+        st.nccl_group_open = True  # from here a failed join may have left part of a group too
         join = st.engine.init_weight_transfer_engine(
             WeightTransferInitRequest(init_info=body.get("init_info") or {})
         )
         await st.call(join, "init", timeout, "NCCL rendezvous (check master_address/port)")
         return {"ok": True}
+
+    @router.post("/nccl/shutdown", dependencies=admin)
+    async def nccl_shutdown(request: Request):
+        st = _state(request)
+        return {"released": await st.shutdown_weight_transfer(st.settings.update_timeout_s)}
 
     async def swap_lora(request: Request, name: str, path: str, version: int | None) -> dict[str, Any]:
         st, models = _state(request), request.app.state.openai_serving_models

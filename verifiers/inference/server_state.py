@@ -115,6 +115,9 @@ class State:
     device_uuids: list[str] = field(default_factory=list)  # physical GPUs of the workers
     weights_broken: str | None = None  # a rollback failed: the model may run on meta tensors
     rendezvous_files: list[str] = field(default_factory=list)  # vLLM's, removed at exit (cleanup)
+    # Whether device_uuids came from every data-parallel engine (see rpc_every_engine).
+    device_uuids_complete: bool = True
+    nccl_group_open: bool = False  # a trainer's NCCL group was joined and not released since
 
     async def call(
         self, awaitable: Awaitable[Any], stage: str, timeout: float, what: str, status: int = 500
@@ -138,32 +141,83 @@ class State:
         rpc = self.engine.collective_rpc(method, timeout=timeout, args=args)
         return list(await self.call(rpc, stage, timeout + 5, method))
 
+    async def rpc_every_engine(self, method: str, stage: str, timeout: float, *args: Any) -> list[Any]:
+        """Every worker's result of ``method`` on every data-parallel engine, flattened.
+
+        With data parallel > 1 vLLM's ``collective_rpc`` reaches one engine's workers only (its
+        core client's ``call_utility_async``: engine 0, or every engine but only engine 0's
+        answer returned). The core client also reaches each engine by itself:
+        ``call_utility_all_async`` (0.32, 0.33: one answer per engine) or, in 0.26,
+        ``_call_utility_async(..., engine=e)`` over ``core_engines``. With neither and data
+        parallel > 1 this raises ``RouteError``: the answer would miss engines.
+        """
+        core = getattr(self.engine, "engine_core", None)
+        engines = getattr(core, "core_engines", None)
+        rpc_args = ("collective_rpc", method, timeout, args, None)
+        per_engine = getattr(core, "call_utility_all_async", None)
+        one = getattr(core, "_call_utility_async", None)
+        if callable(per_engine) and engines is not None:
+            answers = per_engine(*rpc_args)
+        elif callable(one) and engines:
+            answers = asyncio.gather(*(one(*rpc_args, engine=e) for e in engines))
+        else:
+            dp = getattr(getattr(self.engine.vllm_config, "parallel_config", None), "data_parallel_size", 1)
+            if int(dp or 1) > 1:
+                raise RouteError(
+                    500, stage, f"cannot reach each of the {dp} data-parallel engines to ask {method}"
+                )
+            return await self.rpc_all(method, stage, timeout, *args)
+        found = await self.call(answers, stage, timeout + 5, method)
+        return [worker for engine in found for worker in engine]
+
     async def probe_devices(self) -> list[str]:
-        """Ask the workers for their physical GPUs (``device_uuids`` in /vf/health); once, at start.
+        """Ask every worker of every engine for its physical GPU (``device_uuids`` in /vf/health);
+        once, at start.
 
         Not in the health route itself: a worker busy receiving an update would hold
-        every health check up.
+        every health check up. When some engine cannot be asked, ``device_uuids_complete``
+        is False and a client does not pick NCCL from the list (it could share a GPU with
+        an engine not in it, and NCCL refuses two ranks on one GPU).
         """
         if self.device == "cuda":
             try:
-                found = await self.rpc_all("vf_device_uuid", "init", 30.0)
+                found = await self.rpc_every_engine("vf_device_uuid", "init", 30.0)
                 self.device_uuids = [str(u) for u in found if u]
-            except RouteError as e:  # health then reports none: clients fall back to NCCL/shm
+                self.device_uuids_complete = True
+            except RouteError as e:  # health then reports none: clients fall back to shm/http
                 logger.warning("could not read the workers' GPU UUIDs: %s", e.message)
+                self.device_uuids_complete = False
         return self.device_uuids
 
     async def note_rendezvous_files(self) -> list[str]:
-        """Ask the workers for the ``vllm_dist_*`` files vLLM made in the temp dir; once, at start.
+        """Ask every engine's workers for the ``vllm_dist_*`` files vLLM made in the temp dir; once,
+        at start.
 
         vLLM never removes them (one per server start); ``cleanup`` does, after the engine ended.
         """
         try:
-            found = await self.rpc_all("vf_rendezvous_file", "init", 30.0)
+            found = await self.rpc_every_engine("vf_rendezvous_file", "init", 30.0)
         except RouteError as e:  # the file stays behind: nothing else depends on it
             logger.warning("could not ask the workers for their rendezvous file: %s", e.message)
             found = []
         self.rendezvous_files = sorted({str(path) for path in found if path})
         return self.rendezvous_files
+
+    async def shutdown_weight_transfer(self, timeout: float) -> bool:
+        """Release the trainer's NCCL group on the workers (vLLM 0.32+'s
+        ``shutdown_weight_transfer_engine``, which destroys the communicator); False where the
+        release has none (0.26), no group is open, or an update is in progress (the worker
+        refuses then; the group goes at the next trainer's init or the server's exit).
+        """
+        release = getattr(self.engine, "shutdown_weight_transfer_engine", None)
+        if not self.nccl_group_open or not callable(release):
+            return False
+        if self.update is not None:
+            logger.warning("an update is in progress: the previous trainer's NCCL group is kept for now")
+            return False
+        await self.call(release(), "init", timeout, "releasing the previous trainer's NCCL group")
+        self.nccl_group_open = False
+        return True
 
     async def pause(self, mode: str, timeout: float) -> None:
         await self.call(

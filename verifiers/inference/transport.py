@@ -462,7 +462,9 @@ def choose_transport(
       - sharing a GPU otherwise: NCCL cannot run (it refuses two ranks on one
         device), so the weights go as a file (``shm``/``http``); restart vf-vllm
         with ``--weight-transfer ipc`` to avoid the copy;
-      - on other GPUs (or the server's GPUs unknown): ``nccl`` when offered.
+      - on other GPUs (or the server's GPUs unknown): ``nccl`` when offered, except when the
+        server says its list misses some data-parallel engine's GPUs
+        (``device_uuids_complete`` False): then a file, as when sharing.
     * Otherwise ``shm`` on a shared host, else ``http``.
     """
     if override:
@@ -487,6 +489,19 @@ def choose_transport(
                 "restart vf-vllm with --weight-transfer ipc to send them in place (logged once)",
                 sorted(ours & theirs)[0],
                 "/".join(gpu_kinds),
+            )
+        elif server.get("device_uuids_complete") is False:
+            # Some data-parallel engine's GPU is unknown: the trainer may share it, and NCCL would
+            # fail at the rendezvous (two ranks on one GPU).
+            from verifiers.utils.logging import warn_once
+
+            warn_once(
+                logger,
+                "gpu-set-unknown",
+                "the vLLM server could not tell the GPUs of all its data-parallel engines: weights go "
+                "through host memory instead of NCCL (logged once); set %s=nccl if the trainer's GPUs "
+                "are not among the server's",
+                TRANSPORT_ENV,
             )
         elif "nccl" in gpu_kinds:
             return "nccl"
@@ -521,27 +536,100 @@ def ready_event(named_tensors: Mapping[str, Any]) -> Any:
     return event
 
 
+def gpu_chunks(pairs: Iterable[tuple[str, Any]], max_bytes: int) -> Iterator[dict[str, Any]]:
+    """Streamed ``(name, tensor)`` pairs as chunks of about ``max_bytes``, cut only between layers
+    (as :func:`split_by_module`), left on their device: what one NCCL broadcast round or one IPC
+    receive sends. A chunk is made only when the caller asks for the next, so a caller that drops
+    each chunk before asking holds at most one chunk plus the first tensor of the next layer."""
+    from verifiers.training.weights.names import layer_of
+
+    chunk: dict[str, Any] = {}
+    size, last = 0, None
+    for name, t in pairs:
+        layer = layer_of(name)
+        if size >= max_bytes and layer != last:
+            out, chunk, size = chunk, {}, 0
+            yield out
+            del out
+        t = t.detach()
+        full = getattr(t, "full_tensor", None)  # an FSDP DTensor: gather it
+        chunk[name] = (full() if callable(full) else t).contiguous()
+        size += t.numel() * t.element_size()
+        last = layer
+    if chunk:
+        yield chunk
+
+
+def weight_source_class() -> type:
+    """A ``WeightSource`` over one round's tensors, for the installed vLLM's contract.
+
+    0.32 reads ``source.metadata()`` and ``iter(source)``; 0.33 requires ``metadata`` to be a
+    ``functools.cached_property`` (checked when the class is made: a plain method raises
+    ``TypeError``), reads it as an attribute, iterates ``source.iter_full()``, and compares it with
+    the previous round's to send no metadata when equal. A round's tensors therefore live in a new
+    source object each round (:meth:`NcclWeightSender.send`), so the cached metadata is always
+    this round's.
+    """
+    import functools
+    import inspect
+
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class _Tensors(WeightSource):
+        def __init__(self, tensors: Mapping[str, Any]):
+            self.tensors = dict(tensors)
+
+        def _meta(self) -> list[Any]:
+            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self.tensors.items()]
+
+        def _pairs(self) -> Iterator[tuple[str, Any]]:
+            return iter(list(self.tensors.items()))
+
+    if isinstance(inspect.getattr_static(WeightSource, "metadata"), property):  # vLLM 0.33+
+
+        class Round(_Tensors):
+            metadata = functools.cached_property(_Tensors._meta)
+
+            def iter_full(self) -> Iterator[tuple[str, Any]]:
+                return self._pairs()
+
+    else:  # vLLM 0.3x before 0.33: a method, and the source itself is iterated
+
+        class Round(_Tensors):  # type: ignore[no-redef]
+            def metadata(self) -> list[Any]:
+                return self._meta()
+
+            def __iter__(self) -> Iterator[tuple[str, Any]]:
+                return self._pairs()
+
+    return Round
+
+
 class NcclWeightSender:
     """Trainer end of an NCCL group with the server's workers (rank 0 sends).
 
     Opens the group on creation (rendezvous on ``master_address:master_port``, the
     server's workers joining through ``sync_client.init_weight_transfer_engine`` at
-    the same time) and, per update, runs the server's receive (``update_weights``
-    over HTTP) concurrently with a packed broadcast. ``sync_client`` is any object
-    with vLLM's ``VLLMWeightSyncClient`` methods; :class:`VLLMClient` passes an
-    adapter onto its ``/vf/weights/*`` routes, which add validation, pausing and
-    versions.
+    the same time). :meth:`send` is one broadcast round: the server's receive
+    (``update_weights`` over HTTP) runs concurrently with a packed broadcast of the
+    round's tensors. A large update is several rounds inside one server transaction
+    (verifiers/inference/nccl_update.py opens and commits it), so the trainer never
+    holds more than one round's tensors. ``sync_client`` is any object with vLLM's
+    ``VLLMWeightSyncClient`` methods; :class:`VLLMClient` passes an adapter onto its
+    ``/vf/weights/*`` routes, which add validation, pausing and versions.
 
-    Two vLLM APIs: releases with ``NCCLTrainerWeightTransferEngine`` (0.3x) drive the
-    round trip through it; 0.26 has only the static ``trainer_init`` /
-    ``NCCLWeightTransferEngine.trainer_send_weights``, so the round trip is driven
-    here, the same four calls in the same order.
+    Two vLLM APIs: releases with ``NCCLTrainerWeightTransferEngine`` (0.32, 0.33) drive
+    each round through it, with a fresh :func:`weight_source_class` source per round;
+    0.26 has only the static ``trainer_init`` / ``NCCLWeightTransferEngine.trainer_send_weights``,
+    so the round is driven here, the same four calls in the same order.
+    tests/inference/test_nccl_release_contract.py runs this class through each release's
+    own trainer engine, packing and worker receive, with only the NCCL group stood in.
 
-    NCCL calls cannot be interrupted, so :meth:`send` runs in a thread and the
-    caller waits with a timeout; after a timeout the group is unusable and the
-    error says to restart the server and the trainer. The thread's current CUDA
-    device is set to the tensors' (a new thread starts on device 0), and the
-    broadcast waits for ``ready`` (:func:`ready_event`) first.
+    NCCL calls cannot be interrupted, so the caller runs :meth:`send` in a thread and
+    waits with a timeout; after a timeout the group is unusable and the error says to
+    restart the server and the trainer. The thread's current CUDA device is set to the
+    tensors' (a new thread starts on device 0), and the broadcast waits for ``ready``
+    (:func:`ready_event`) first.
     """
 
     def __init__(
@@ -568,23 +656,11 @@ class NcclWeightSender:
             self._init_static(master_address, master_port, world_size)
 
     def _init_engine(self, engine_cls: Any, address: str, port: int, world_size: int) -> None:
-        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-        class _Round(WeightSource):
-            """The tensors of the current update; replaced before each send."""
-
-            tensors: dict[str, Any] = {}
-
-            def metadata(self):
-                return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self.tensors.items()]
-
-            def __iter__(self):
-                return iter(list(self.tensors.items()))
-
-        self.source = _Round()
+        self.source_cls = weight_source_class()
         info = NCCLTrainerInitInfo(master_address=address, master_port=port, world_size=world_size, rank=0)
-        self.engine = engine_cls.trainer_init(info, client=self.client, source=self.source)
+        self.engine = engine_cls.trainer_init(info, client=self.client, source=self.source_cls({}))
 
     def _init_static(self, address: str, port: int, world_size: int) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -607,6 +683,7 @@ class NcclWeightSender:
             joined.result()
 
     def send(self, named_tensors: Mapping[str, Any], ready: Any = None) -> None:
+        """One broadcast round of ``named_tensors`` (the client's start, receive and finish around it)."""
         import torch
 
         device = cuda_device_of(named_tensors)
@@ -614,19 +691,21 @@ class NcclWeightSender:
             torch.cuda.set_device(device)
         if ready is not None:
             ready.synchronize()  # the optimizer step that wrote these tensors has finished
-        # NCCL needs contiguous device tensors; a tied pair is sent once.
+        # NCCL needs contiguous device tensors.
         tensors = {n: t.detach().contiguous() for n, t in named_tensors.items()}
         if self.engine is not None:
-            self.source.tensors = tensors
+            # A new source per round: 0.33 caches metadata on the source and compares it
+            # with the last round's; the empty one afterwards lets the tensors go.
+            self.engine.source = self.source_cls(tensors)
             try:
                 self.engine.send_weights()
             finally:
-                self.source.tensors = {}
+                self.engine.source = self.source_cls({})
         else:
             self._send_static(tensors)
 
     def _send_static(self, tensors: dict[str, Any]) -> None:
-        """vLLM 0.26: begin, (receive on the server || packed broadcast here), commit."""
+        """vLLM 0.26: start, (receive on the server || packed broadcast here), finish."""
         import threading
 
         from vllm.distributed.weight_transfer.nccl_engine import (
@@ -662,6 +741,13 @@ class NcclWeightSender:
         self.client.finish_weight_update()
 
     def close(self) -> None:
+        """Destroy the trainer's communicator (0.32+: the engine's ``shutdown``; 0.26 has none)."""
         if self.engine is not None:
+            # 0.28-0.31's engine shutdown only drops its reference to the group: destroyed below
+            # (pynccl's destroy is idempotent, so 0.32+'s own destroy before is harmless).
+            self.group = getattr(self.engine, "model_update_group", None) or self.group
             self.engine.shutdown()
+        destroy = getattr(self.group, "destroy", None)
+        if callable(destroy):
+            destroy()
         self.group = None

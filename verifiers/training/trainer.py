@@ -77,6 +77,7 @@ from verifiers.training.weights.recovery import Resync
 from verifiers.training.weights.server_link import ServerLink
 from verifiers.training.weights.sync import (
     WeightSyncer,
+    check_tied_head,
     is_peft_model,
     make_reference,
     mix_into_reference,
@@ -95,6 +96,16 @@ class _StepEnd(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer._after_optimizer_step()
+
+
+def _deepspeed_mixed_precision(args: GRPOConfig, accelerator: Any) -> bool:
+    """Whether DeepSpeed trains with bf16/fp16 on (then its optimizer keeps fp32 master weights)."""
+    config = accelerator.state.deepspeed_plugin.deepspeed_config
+    for key, on in (("bf16", args.bf16), ("fp16", args.fp16)):
+        enabled = (config.get(key) or {}).get("enabled", False)
+        if enabled is True or (enabled == "auto" and on):
+            return True
+    return False
 
 
 def _ticket(items: list[int]) -> dict[str, int]:
@@ -137,6 +148,10 @@ class GRPOTrainer(Trainer):
             from peft import get_peft_model
 
             model = get_peft_model(model, peft_config)
+        if is_peft_model(model):
+            # A tied head trained apart (modules_to_save) never reaches vLLM: refused now, not at
+            # the first sync (a merged-only LoRA on one side of the tie is caught there).
+            check_tied_head(model.get_base_model(), model, merged=args.lora_sync == "merged")
         self.env = env
         dataset = env.get_dataset()
         self.plan = plan_of(args)
@@ -152,6 +167,7 @@ class GRPOTrainer(Trainer):
         # is refused now, not at the first batch.
         PromptTruncation(dataset, env, processing_class, args.max_prompt_length).check_fits()
         super().__init__(model=model, args=args, callbacks=callbacks, optimizers=optimizers, **data)
+        self._keep_fp32_master_weights()
         self.server = ServerLink(args, self.accelerator, client)
         self.ref_model = None
         if args.beta > 0 and not is_peft_model(self.model):  # with PEFT: the adapter-disabled model
@@ -181,6 +197,44 @@ class GRPOTrainer(Trainer):
         self.stop_signals = StopSignals(announce=self.accelerator.is_main_process, on_first=wake)
         # After _StepEnd: a stop saves the synced step.
         self.add_callback(StopAtStepEnd(self.accelerator, self.stop_signals))
+
+    def _keep_fp32_master_weights(self) -> None:
+        """Upcast trainable bf16/fp16 parameters to fp32 (compute stays bf16 under ``args.bf16``'s
+        autocast), unless DeepSpeed keeps fp32 masters of its own.
+
+        An AdamW step moves a weight by about ``lr`` (1e-6 to 1e-5 here); a bf16 weight of size
+        0.02 has a spacing of 1.2e-4, so most updates round back to the old value and the run
+        silently stops learning. DeepSpeed with bf16/fp16 on keeps fp32 partitions; FSDP2 under
+        mixed precision upcasts as done here (accelerate's ``fsdp2_prepare_model``); PEFT keeps its
+        adapters in fp32 already (``autocast_adapter_dtype``), but not ``modules_to_save``."""
+        half = (torch.bfloat16, torch.float16)
+        trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad and p.dtype in half]
+        if not trainable:
+            return
+        if self.is_deepspeed_enabled:
+            if not _deepspeed_mixed_precision(self.args, self.accelerator):
+                warn_once(
+                    logger,
+                    "bf16-weights-under-deepspeed",
+                    "%d trainable parameters are %s and DeepSpeed runs without bf16/fp16, so it keeps no "
+                    "fp32 master copy: most updates round away; set bf16=True (or load the model in fp32)",
+                    len(trainable),
+                    trainable[0][1].dtype,
+                )
+            return
+        dtype = trainable[0][1].dtype
+        for _, p in trainable:
+            p.data = p.data.to(torch.float32)
+        if self.is_world_process_zero():
+            compute = "bf16 autocast" if self.args.bf16 else ("fp16 autocast" if self.args.fp16 else "fp32")
+            logger.info(
+                "full fine-tuning keeps fp32 master weights: %d trainable %s parameters upcast to fp32 "
+                "(compute: %s; %s updates round away below lr ~1e-4); LoRA or ZeRO-3 use less memory",
+                len(trainable),
+                str(dtype).removeprefix("torch."),
+                compute,
+                str(dtype).removeprefix("torch."),
+            )
 
     # ---- Trainer hooks: data -------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -342,7 +396,10 @@ class GRPOTrainer(Trainer):
         # Called on every rank for each of its micro-batches (_score): under ZeRO-3 the ranks
         # hold the same number of them, so their collective forwards pair up.
         if self.ref_model is not None:
-            return self._logprobs(self.ref_model, ids, attn, start)
+            # The policy's forward runs under accelerate's autocast (prepare_model); the reference,
+            # an unprepared copy of its fp32 master weights, must compute in the same precision.
+            with self.accelerator.autocast():
+                return self._logprobs(self.ref_model, ids, attn, start)
         with self._unwrap(self.model).disable_adapter():  # PEFT: reference = base model
             return self._logprobs(self.model, ids, attn, start)
 

@@ -164,7 +164,7 @@ def test_lora_rejected_falls_back_to_merged_weights_with_one_warning(caplog):
     assert max(gather.sizes) <= 3
 
 
-def test_merged_sync_sends_every_weight_once_then_only_the_adapted_layers():
+def test_merged_sync_sends_every_weight_once_then_only_the_adapted_fused_groups():
     model = with_lora(tiny_llama())  # LoRA on q_proj and v_proj of 2 layers
     client = FakeClient(lora_enabled=False)
     syncer = WeightSyncer(client, model)
@@ -177,11 +177,14 @@ def test_merged_sync_sends_every_weight_once_then_only_the_adapted_layers():
     client.weights.clear()
     second = syncer.sync()
     merged = copy.deepcopy(model).merge_and_unload().state_dict()
-    expected = {f"model.layers.{i}.self_attn.{m}.weight" for i in range(2) for m in ("q_proj", "v_proj")}
-    assert set(client.weights) == expected and second.num_tensors == 4
+    # vLLM fuses q/k/v into one layer and reloads it whole: k_proj travels too, as it is.
+    qkv = ("q_proj", "k_proj", "v_proj")
+    expected = {f"model.layers.{i}.self_attn.{m}.weight" for i in range(2) for m in qkv}
+    assert set(client.weights) == expected and second.num_tensors == 6
     for name in expected:
         torch.testing.assert_close(client.weights[name], merged[name], rtol=0, atol=1e-6)
-        assert not torch.equal(client.weights[name], tiny_llama().state_dict()[name])
+        adapted = ".k_proj." not in name
+        assert torch.equal(client.weights[name], tiny_llama().state_dict()[name]) != adapted
 
 
 def test_a_server_holding_our_checkpoint_gets_only_the_adapted_layers_from_the_start():
@@ -204,7 +207,7 @@ def test_a_server_holding_our_checkpoint_gets_only_the_adapted_layers_from_the_s
     assert not serves_our_base(Health(model="/models/tiny", weight_version=3), model)  # another run's weights
     assert not serves_our_base(FakeClient(), model)  # cannot tell: send everything
     first = WeightSyncer(fresh, model, has_base=True).sync()
-    assert first.mode == "merged" and first.num_tensors == 4  # q_proj, v_proj of 2 layers
+    assert first.mode == "merged" and first.num_tensors == 6  # q_proj, v_proj (and k_proj) of 2 layers
 
 
 def test_lora_error_after_success_is_raised_not_hidden():

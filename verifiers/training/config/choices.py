@@ -13,6 +13,11 @@ LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo
 CPU_PHASES: tuple[str, ...] = ("auto", "exclusive", "overlap")
 """``cpu_phases`` values, decided in ``training/generation/cpu_phases.py``."""
 
+SAMPLING_SEEDS: tuple[str, ...] = ("rollout", "none")
+"""``sampling_seeds`` values, applied in ``training/generation/producer.py`` (``producer_seed``).
+No per-group seed: the env sends one request per rollout, and a group's members under one seed
+would sample the same completion; a seeded request costs the same whoever shares its seed."""
+
 DEFAULT_IS_CAP = 2.0
 """Truncated importance sampling's cap C (Yao et al. use 2)."""
 

@@ -98,6 +98,12 @@ class GRPOConfig(TrainingArguments):
     top_k: int | None = _f(None, "Sample from the k likeliest tokens; None: all.")
     min_p: float | None = _f(None, "Minimum token probability relative to the top one.")
     repetition_penalty: float = _f(1.0, "Penalty for repeated tokens (1.0: none).")
+    sampling_seeds: str = _f(
+        "rollout",
+        "'rollout': every request carries a seed derived from seed, batch and slot in group, so a "
+        "seeded run samples the same rollouts again; 'none': no seed is sent (the server's own "
+        "random stream: not reproducible, but vLLM's GPU sampler skips its per-request loop).",
+    )
     presence_penalty: float = _f(0.0, "OpenAI presence penalty, in [-2, 2].")
     frequency_penalty: float = _f(0.0, "OpenAI frequency penalty, in [-2, 2].")
 

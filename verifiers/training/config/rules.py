@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verifiers.errors import ConfigError
-from verifiers.training.config.choices import CPU_PHASES, LOSS_TYPES
+from verifiers.training.config.choices import CPU_PHASES, LOSS_TYPES, SAMPLING_SEEDS
 
 LORA_SYNC_MODES = ("auto", "adapter", "merged")
 
@@ -92,6 +92,8 @@ def validate_fields(c: Any) -> None:
         )
     if c.cpu_phases not in CPU_PHASES:
         fail(f"unknown cpu_phases={c.cpu_phases!r}", f"use one of: {', '.join(CPU_PHASES)}")
+    if c.sampling_seeds not in SAMPLING_SEEDS:
+        fail(f"unknown sampling_seeds={c.sampling_seeds!r}", f"use one of: {', '.join(SAMPLING_SEEDS)}")
     if c.lora_sync not in LORA_SYNC_MODES:
         fail(f"unknown lora_sync={c.lora_sync!r}", f"use one of: {', '.join(LORA_SYNC_MODES)}")
     for name in ("async_generation_timeout", "vllm_server_timeout", "sync_weights_timeout"):

@@ -40,6 +40,7 @@ from verifiers.training.generation.producer import (
     RolloutProducer,
     TokenSettings,
     group_filter_from_config,
+    producer_seed,
     sampling_args_from_config,
 )
 from verifiers.training.generation.queue import BatchQueue
@@ -461,7 +462,7 @@ def build_generator(
         tokens=TokenSettings.from_config(args),
         keep_groups=group_filter_from_config(args),
         max_filter_rounds=args.max_filter_rounds,
-        seed=args.seed,
+        seed=producer_seed(args),
     )
     return BatchGenerator(
         producer,

@@ -38,6 +38,7 @@ from typing import Any
 from verifiers.envs.model_client import client_url
 from verifiers.errors import ConfigError, GenerationError, ServerUnreachableError
 from verifiers.failures import FailureKind, failure_of
+from verifiers.training.config.choices import SAMPLING_SEEDS
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
@@ -236,6 +237,19 @@ def lean_outputs(outputs: GenerateOutputs) -> GenerateOutputs:
         reward=outputs.reward,
         metrics=outputs.metrics,
     )
+
+
+def producer_seed(args: Any) -> int | None:
+    """The base of the per-rollout seeds for a ``GRPOConfig`` (``sampling_seeds``), or None: send none.
+
+    A request with a seed gets its own ``torch.Generator`` in vLLM, and its sampler then draws
+    each step's noise request by request in a Python loop (``random_sample`` in
+    ``vllm/v1/sample/ops/topk_topp_sampler.py``; on the GPU it also loses FlashInfer's sampler)."""
+    if args.sampling_seeds not in SAMPLING_SEEDS:
+        raise ConfigError(
+            f"unknown sampling_seeds={args.sampling_seeds!r}", hint=f"use one of: {', '.join(SAMPLING_SEEDS)}"
+        )
+    return args.seed if args.sampling_seeds == "rollout" else None
 
 
 def rollout_seed(base: int, index: int, round_: int, slot: int) -> int:

@@ -14,7 +14,8 @@ Three things stand between ``model.named_parameters()`` and the checkpoint vLLM 
   checkpoint's names and shapes. It works on meta tensors too: the names and shapes of an update
   are known before anything is gathered.
 - vLLM fuses a layer's tensors (q/k/v, gate/up, all experts of an MoE layer) and reloads them
-  together, so an update is cut only between layers: :func:`layer_of`.
+  together, so an update is cut only between layers: :func:`layer_of`. An update of part of
+  the model must carry whole modules and whole fused groups: :func:`reload_closure`.
 
 Pure functions; torch and transformers are imported lazily.
 """
@@ -22,7 +23,7 @@ Pure functions; torch and transformers are imported lazily.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verifiers.errors import WeightSyncError
@@ -93,3 +94,50 @@ def conversions(model: Any) -> bool:
     from transformers.core_model_loading import PrefixChange
 
     return any(not isinstance(c, PrefixChange) for c in found)
+
+
+# vLLM's ``packed_modules_mapping`` of the classes serving these ``model_type``s: checkpoint modules
+# it fuses into one layer (``qkv_proj``, ``gate_up_proj``) and reloads only once all of them
+# arrived. Checked against vLLM's own classes (tests/training/weights/test_reload_closure.py).
+# Another model type gets whole decoder layers (:func:`reload_closure`): more bytes, never refused.
+_QKV_GATE_UP = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+FUSED_BY_MODEL_TYPE: dict[str, tuple[tuple[str, ...], ...]] = {
+    model_type: _QKV_GATE_UP for model_type in ("llama", "mistral", "qwen2", "qwen3")
+}
+
+
+def fused_groups(model: Any) -> tuple[tuple[str, ...], ...] | None:
+    """The modules vLLM fuses in ``model``'s architecture (its config's ``model_type``), None when
+    not known here."""
+    config = getattr(model, "config", None)
+    return FUSED_BY_MODEL_TYPE.get(str(getattr(config, "model_type", "")))
+
+
+def reload_closure(
+    changed: Iterable[str], names: Iterable[str], fused: tuple[tuple[str, ...], ...] | None
+) -> set[str]:
+    """Of ``names`` (every tensor of the model), what an update of ``changed`` must carry for vLLM
+    to reload it: every tensor of each changed module (weight and bias) and of the modules fused
+    with it (``fused``: LoRA on ``q_proj`` sends ``k_proj`` and ``v_proj`` too, unchanged). With
+    ``fused`` None (an architecture not known here): the whole layer (:func:`layer_of`) of each
+    changed tensor, which holds every group vLLM could fuse, MoE experts included.
+
+    The server checks the same (``verifiers.inference.worker.validate_params``) and refuses a
+    partial layer: vLLM would run it on half-loaded memory."""
+    names = list(names)
+    changed = set(changed)
+    if fused is None:
+        layers = {layer_of(n) for n in changed}
+        return {n for n in names if layer_of(n) in layers}
+    fused_of = {leaf: group for group in fused for leaf in group}
+
+    def modules_of(name: str) -> set[str]:
+        module = name.rpartition(".")[0]
+        parent, _, leaf = module.rpartition(".")
+        siblings = fused_of.get(leaf, (leaf,))
+        return {f"{parent}.{s}" if parent else s for s in siblings} | {module}
+
+    wanted: set[str] = set()
+    for name in changed:
+        wanted |= modules_of(name)
+    return {n for n in names if n.rpartition(".")[0] in wanted}

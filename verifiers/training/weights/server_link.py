@@ -70,6 +70,7 @@ class ServerLink:
                 broadcast=lambda obj: broadcast(self.accelerator, obj),
                 use_lora=self._use_lora_sync(client, model),
                 has_base=broadcast(self.accelerator, serves_our_base(client, model)),
+                base_changed=broadcast(self.accelerator, holds_other_weights(client)),
                 serving_dtype=serving_dtype(_health(client), model),  # floating tensors go in it
                 # ds3_gather_for_generation=False: the least GPU memory per gather, one tensor at a time.
                 **({} if self.args.ds3_gather_for_generation else {"max_tensors_per_gather": 1}),
@@ -147,6 +148,17 @@ def serves_our_base(client: Any, model: Any) -> bool:
         return False
     same = lambda a, b: a == b or os.path.realpath(a) == os.path.realpath(b)  # noqa: E731
     return same(str(ours), str(theirs))
+
+
+def holds_other_weights(client: Any) -> bool:
+    """Whether the server reports weights it was sent since it loaded its checkpoint (health
+    ``weight_version > 0``: another run's full or merged update, or ours before a restart of the
+    trainer). False when it cannot tell (a client without ``health``, other ranks)."""
+    try:
+        version = client.health().get("weight_version") if client is not None else None
+    except Exception:  # noqa: BLE001 - unknown: as before, the adapter goes alone
+        return False
+    return isinstance(version, int) and not isinstance(version, bool) and version > 0
 
 
 class _OutageLatch:

@@ -10,7 +10,15 @@ Three modes:
   (``W + scale * B @ A`` computed per layer, the model itself untouched); after
   the first sync only the layers the adapter changes (and trainable tensors). Used
   when the server rejects adapters: a user who started ``vf-vllm`` plainly and
-  trains with ``peft_config`` still trains, after one warning.
+  trains with ``peft_config`` still trains, after one warning. vLLM reloads whole
+  modules and fuses q/k/v and gate/up, so an adapted ``q_proj`` travels with its bias
+  and with ``k_proj``/``v_proj`` as they are (``names.reload_closure``).
+
+An adapter applies to whatever the server holds: when it holds another run's weights
+(``weight_version > 0``) the frozen base is sent back first, as one full update.
+A tied model (``tie_word_embeddings``) whose head the trainer no longer shares with
+its embedding (PEFT ``modules_to_save`` of ``lm_head`` or ``embed_tokens``) is refused
+at setup: vLLM serves the tied head and never loads ``lm_head.weight``.
 
 A full or merged sync is one server transaction: the name, shape and dtype of every
 tensor are announced at begin (known without gathering), then the tensors stream a
@@ -46,7 +54,15 @@ from typing import Any
 import torch
 
 from verifiers.errors import ConfigError, ServerError, WeightSyncError
-from verifiers.training.weights.names import check_name, clean_name, conversions, layer_of, to_checkpoint
+from verifiers.training.weights.names import (
+    check_name,
+    clean_name,
+    conversions,
+    fused_groups,
+    layer_of,
+    reload_closure,
+    to_checkpoint,
+)
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.weights.sync")
@@ -189,6 +205,7 @@ class WeightSyncer:
         adapter_name: str = "default",
         lora_name: str = "vf-lora",
         has_base: bool = False,
+        base_changed: bool = False,
         serving_dtype: torch.dtype | None = None,
     ):
         if max_tensors_per_gather < 1:
@@ -215,31 +232,45 @@ class WeightSyncer:
         self._lora_confirmed = False
         self.version = 0
         self.has_base = has_base  # the server holds our frozen weights already (serves_our_base)
+        # The server holds another run's weights (a full or merged update): an adapter would apply
+        # to them, so the first adapter sync sends the frozen base back first.
+        self.base_changed = base_changed and not has_base
         base = model.get_base_model() if peft else model
         self._base = unwrap_compiled(base)
+        check_tied_head(self._base, model, adapter_name, merged=self.mode != "lora")
         self._convert = conversions(self._base)  # transformers 5 renamed/fused: send checkpoint names
+        self._fused = fused_groups(self._base)  # None: unknown here, whole layers are sent
 
     # ---- public ----
     def sync(self) -> SyncResult:
         start = time.perf_counter()
         sent = (0, 0)
+        if self.mode == "lora" and self.base_changed:
+            # Once, before the first adapter: the server's weights are another run's.
+            logger.info("the server holds weights another run sent: sending the base model back first")
+            sent = self._send_full(self._layers(self._units(merge=False)))
+            self.base_changed, self.has_base = False, True
         if self.mode == "lora":
-            ok, sent = self._try_lora()
+            ok, more = self._try_lora()
+            sent = (sent[0] + more[0], sent[1] + more[1])
             if not ok:
+                check_tied_head(self._base, self.model, self.adapter_name)  # merged from now on
                 self.mode = "merged"
         if self.mode != "lora":
             # After the first sync (or from the first, when the server loaded the same checkpoint
             # and nobody changed it) a PEFT model's frozen weights are on the server already: they
             # never change, and a restarted server loads them from the same folder. Only the merged
-            # LoRA layers and trainable tensors travel: SmolLM2 + LoRA on q/k/v/o, 106 of 540 MB,
-            # which also spares both processes a copy of the whole model.
+            # LoRA layers and trainable tensors travel (with the rest of their modules and fused
+            # groups): SmolLM2 + LoRA on q/k/v/o, 106 of 540 MB, which also spares both processes
+            # a copy of the whole model.
             layers = self._layers(self._units(changed_only=self.version > 0 or self.has_base))
             if self.mode == "full" and self.has_base and self.version == 0:
                 # Full fine-tuning: what the server loaded is what we loaded, unless the weights
                 # changed since (a resumed run, a model edited in memory): send only what differs.
                 unchanged = self._unchanged_layers(layers)
                 layers = [(key, units) for key, units in layers if key not in unchanged]
-            sent = self._send_full(layers)
+            more = self._send_full(layers)
+            sent = (sent[0] + more[0], sent[1] + more[1])
         if self.is_main:
             self._call("reset_prefix_cache", self.client.reset_prefix_cache)
         self.version += 1
@@ -254,39 +285,47 @@ class WeightSyncer:
         """``named_parameters`` without wrapper prefixes (torch.compile, activation checkpointing)."""
         return [(check_name(n), p) for n, p in self.model.named_parameters()]
 
-    def _units(self, changed_only: bool = False) -> list[_Unit]:
+    def _units(self, changed_only: bool = False, merge: bool = True) -> list[_Unit]:
+        """What a full or merged sync sends: every tensor under its HF name, a PEFT model's adapted
+        weights merged (without ``merge``: the frozen base). ``changed_only``: only what training
+        changes (adapted weights, trainable tensors) with the rest of their modules and fused
+        groups, which vLLM reloads together (``names.reload_closure``)."""
         if not is_peft_model(self.model):
             return [_Unit(n, [p], lambda p=p: p.data, _shape(p), p.dtype) for n, p in self._named()]
         adapter = self.adapter_name
         lora_layers = {
             clean_name(name).removeprefix("base_model.model."): module
             for name, module in self.model.named_modules()
-            if hasattr(module, "get_delta_weight") and adapter in getattr(module, "lora_A", {})
+            if hasattr(module, "get_delta_weight") and _lora_params(module, adapter)
         }
-        units = []
+        units, changed = [], set()
         for peft_name, p in self._named():
             name = _hf_name(peft_name, adapter)
             if name is None:
                 continue
-            layer = lora_layers.get(name.rsplit(".", 1)[0]) if name.endswith(".weight") else None
+            layer = lora_layers.get(name.rsplit(".", 1)[0]) if name.endswith(".weight") and merge else None
             if layer is None:
-                if p.requires_grad or not changed_only:
-                    units.append(_Unit(name, [p], lambda p=p: p.data, _shape(p), p.dtype))
+                if p.requires_grad:
+                    changed.add(name)
+                units.append(_Unit(name, [p], lambda p=p: p.data, _shape(p), p.dtype))
                 continue
             if getattr(layer, "use_dora", {}).get(adapter, False):
                 raise WeightSyncError(
                     "merge", f"{name}: DoRA adapters cannot be merged for sync; use plain LoRA"
                 )
-            a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+            changed.add(name)
             units.append(
                 _Unit(
                     name,
-                    [p, a, b],
+                    [p, *_lora_params(layer, adapter)],
                     lambda p=p, layer=layer: p.data + layer.get_delta_weight(adapter).to(p.dtype),
                     _shape(p),
                     p.dtype,
                 )
             )
+        if changed_only:
+            keep = reload_closure(changed, [u.name for u in units], self._fused)
+            units = [u for u in units if u.name in keep]
         return units
 
     @staticmethod
@@ -338,9 +377,7 @@ class WeightSyncer:
                     for u in group:
                         tensor = full_tensor(u.compute())  # on every rank: under FSDP2 it is collective
                         if self.is_main:
-                            # A copy (the gathered storage is released when the block exits), in the
-                            # serving dtype.
-                            out[u.name] = tensor.detach().to(dtype=self._out_dtype(tensor.dtype), copy=True)
+                            out[u.name] = self._outlive_gather(tensor, u)
                 group, count = [], 0
             if not self.is_main:
                 yield key, None
@@ -349,6 +386,19 @@ class WeightSyncer:
             # transport may read them from another one.
             wait_for_producers(out.values())
             yield key, self._checkpoint(out)
+
+    def _outlive_gather(self, tensor: torch.Tensor, unit: _Unit) -> torch.Tensor:
+        """``tensor`` in the serving dtype, valid after the gather's block: a copy only where needed.
+        A ZeRO-3 gathered parameter's storage is released when the block exits, so it is copied;
+        a merged weight or an FSDP2 all-gathered tensor is a temporary of its own, and a plain
+        parameter already in the serving dtype is shared as it is (a bf16 model without ZeRO sent
+        no extra copy of itself: the transport reads it before the next optimizer step)."""
+        tensor = tensor.detach()
+        dtype = self._out_dtype(tensor.dtype)
+        if dtype != tensor.dtype:
+            return tensor.to(dtype)  # a new tensor already
+        gathered = self.gather is not no_gather and any(_same_storage(tensor, p) for p in unit.params)
+        return tensor.clone() if gathered else tensor
 
     def _stream(
         self, layers: list[tuple[str, list[_Unit]]], totals: list[int]
@@ -541,6 +591,57 @@ def zero3_reference(model: torch.nn.Module, ds_config: dict[str, Any]) -> torch.
     engine, *_ = deepspeed.initialize(model=ref, config=inference_config(ds_config, hidden))
     engine.eval()
     return engine
+
+
+def check_tied_head(base: Any, model: Any, adapter: str = "default", merged: bool = True) -> None:
+    """Refuse (``ConfigError``) a model whose config ties ``lm_head`` to ``embed_tokens``
+    (``tie_word_embeddings``, what vLLM builds from) while in the trainer they differ: PEFT's
+    ``modules_to_save`` of either one trains a copy of its own, and (``merged``: sent folded into
+    the weights) a LoRA on only one of them changes one side. vLLM's tied models never load
+    ``lm_head.weight``, so trainer and server would sample from different heads."""
+    config = getattr(base, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not getattr(text, "tie_word_embeddings", False):
+        return
+    try:
+        head, embed = base.get_output_embeddings(), base.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return
+    if head is None or embed is None:
+        return
+    adapted = [bool(_lora_params(m, adapter)) for m in (embed, head)]
+    peft_config = getattr(model, "peft_config", {}).get(adapter)
+    if getattr(head, "weight", None) is not getattr(embed, "weight", None):
+        saved = sorted(getattr(peft_config, "modules_to_save", None) or [])
+        what = f"modules_to_save={saved}" if saved else "its lm_head (no longer the embedding's tensor)"
+    elif merged and adapted[0] != adapted[1]:
+        what = f"a LoRA on {'embed_tokens' if adapted[0] else 'lm_head'} alone (target_modules)"
+    else:
+        return
+    raise ConfigError(
+        f"the model ties lm_head to embed_tokens (tie_word_embeddings) but trains {what} apart: "
+        "vLLM serves the tied head and never loads lm_head.weight, so it would sample from another head",
+        hint="set ensure_weight_tying=True in the LoraConfig (PEFT then trains both as one), or drop "
+        "lm_head/embed_tokens from modules_to_save and target_modules",
+    )
+
+
+def _lora_params(layer: Any, adapter: str) -> list[torch.nn.Parameter]:
+    """The A and B of ``adapter`` in a PEFT LoRA layer (an embedding's are ``lora_embedding_A/B``
+    parameters, a linear layer's ``lora_A/B`` modules); empty when it has none."""
+    if adapter in (getattr(layer, "lora_A", None) or {}):
+        return [layer.lora_A[adapter].weight, layer.lora_B[adapter].weight]
+    if adapter in (getattr(layer, "lora_embedding_A", None) or {}):
+        return [layer.lora_embedding_A[adapter], layer.lora_embedding_B[adapter]]
+    return []
+
+
+def _same_storage(tensor: torch.Tensor, p: torch.Tensor) -> bool:
+    """Whether ``tensor`` lives in ``p``'s storage (returned by ``compute`` as ``p.data``)."""
+    try:
+        return tensor.untyped_storage().data_ptr() == p.data.untyped_storage().data_ptr()
+    except (RuntimeError, AttributeError):  # a tensor without storage of its own: assume shared
+        return True
 
 
 def _shape(p: torch.nn.Parameter) -> tuple[int, ...]:
