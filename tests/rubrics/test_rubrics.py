@@ -385,9 +385,11 @@ async def test_judge_default_client_is_created_lazily(monkeypatch):
     assert len(created[0].chat.completions.calls) == 2  # one per rollout (separate states)
 
 
-def test_judge_prompt_must_be_a_valid_template():
-    with pytest.raises(ConfigError, match="judge_prompt"):
-        JudgeRubric(judge_client=fake_client(), judge_prompt="Grade {response} by {rubric}")
+async def test_judge_prompt_is_checked_where_upstream_fills_it():
+    """Built as upstream builds it; judge() fails with upstream's KeyError and our hint."""
+    rubric = JudgeRubric(judge_client=fake_client(), judge_prompt="Grade {response} by {rubric}")
+    with pytest.raises(KeyError, match="^'rubric': judge_prompt"):
+        await rubric.judge(PROMPT, said("x"), "y", {})
 
 
 # -- ToolRubric ----------------------------------------------------------------------------
@@ -427,6 +429,16 @@ async def test_tool_rubric_counts_calls_as_tracked_metrics():
     assert score.metrics == {"search_calls": 2.0, "calculate_calls": 1.0, "total_tool_calls": 4.0}
     text = await rubric.score_rollout("p", "a text completion", "", {})
     assert text.metrics == {"search_calls": 0.0, "calculate_calls": 0.0, "total_tool_calls": 0.0}
+
+
+def test_tool_rubric_keeps_the_01x_helpers():
+    """0.1.x environments read ``oai_tools`` and call ``get_tool_call_count_func`` (0.1.4-0.1.8)."""
+    rubric = ToolRubric(tools=[search, calculate])
+    assert [t["function"]["name"] for t in rubric.oai_tools] == ["search", "calculate"]
+    count = rubric.get_tool_call_count_func("search")
+    assert count.__name__ == "search_calls"
+    calls = [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "search"}}] * 3}]
+    assert count(calls) == 3.0
 
 
 # -- MathRubric ---------------------------------------------------------------------------------

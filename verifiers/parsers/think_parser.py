@@ -22,6 +22,7 @@ from typing import Any
 
 from verifiers.parsers.parser import Parser, identity
 from verifiers.types import Messages
+from verifiers.utils.logging import warn_once
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -31,6 +32,13 @@ class ThinkParser(Parser):
 
     def __init__(self, extract_fn: Callable[[str], Any] = identity, **kwargs: Any):
         super().__init__(extract_fn=extract_fn, **kwargs)
+        # Upstream's warning, in its words; logged once per process rather than per parser.
+        warn_once(
+            self.logger,
+            "thinkparser-intended-use",
+            "ThinkParser is intended for use with models which always include <think>...</think> tags but "
+            "do NOT parse them automatically. A reply without </think> has no answer (logged once).",
+        )
 
     @staticmethod
     def answer_text(text: str) -> str:

@@ -30,9 +30,10 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from verifiers.errors import ConfigError
+from verifiers.errors import ConfigError, ConfigTypeError
 from verifiers.parsers.parser import Parser, identity
 from verifiers.types import Messages
+from verifiers.utils.logging import warn_once
 
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
 
@@ -65,22 +66,44 @@ class XMLParser(Parser):
             fields = [fields]
         self._fields: list[tuple[str, ...]] = []
         self._canonical: dict[str, str] = {}
+        # Errors start with upstream's words and are of upstream's classes (ValueError / TypeError).
         for field in fields:
-            names = (field,) if isinstance(field, str) else tuple(field)
+            if isinstance(field, str):
+                names: tuple = (field,)
+            elif isinstance(field, (tuple, list)):
+                names = tuple(field)
+            else:
+                raise ConfigTypeError(
+                    f"Each field must be a string or a tuple of strings. XMLParser got {field!r}",
+                    "e.g. XMLParser(['think', ('code', 'answer')])",
+                )
             if not names:
-                raise ConfigError("XMLParser got an empty tuple of field names", "give at least one tag name")
+                raise ConfigError("Field tuple cannot be empty.", "give at least one tag name")
             for name in names:
-                if not isinstance(name, str) or not _TAG_NAME.match(name):
+                if not isinstance(name, str):
+                    raise ConfigTypeError(
+                        f"All alternatives in a tuple must be strings. XMLParser got {name!r} in {field!r}",
+                        "list tag names as strings",
+                    )
+                if not _TAG_NAME.match(name):
                     raise ConfigError(
                         f"XMLParser field name {name!r} is not a valid tag name",
                         "use letters, digits, '_', '-' or '.', starting with a letter or '_'",
                     )
                 if name in self._canonical:
-                    raise ConfigError(f"XMLParser field name {name!r} is given twice", "list each tag once")
+                    raise ConfigError(f"Duplicate field name: {name}", "XMLParser: list each tag once")
                 self._canonical[name] = names[0]
             self._fields.append(names)
         if not self._fields:
             raise ConfigError("XMLParser needs at least one field", "e.g. XMLParser(['think', 'answer'])")
+        if "think" in self._canonical:
+            warn_once(
+                self.logger,
+                "xmlparser-think-field",
+                "You have included the 'think' field in the XMLParser. This should only be used with models "
+                "which always include <think>...</think> tags but do NOT parse them automatically "
+                "(logged once).",
+            )
         self.answer_field = answer_field
         self._patterns: dict[str, re.Pattern[str]] = {}
 

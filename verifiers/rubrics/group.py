@@ -15,6 +15,7 @@ from typing import Any
 from verifiers.errors import ConfigError
 from verifiers.rubrics.rubric import Rubric, finite_or_zero
 from verifiers.types import Info, Messages, RewardFunc, RolloutScore, RolloutScores, State
+from verifiers.utils.logging import warn_once
 
 
 class RubricGroup(Rubric):
@@ -28,7 +29,7 @@ class RubricGroup(Rubric):
     def __init__(self, rubrics: Sequence[Rubric], **kwargs: Any):
         rubrics = list(rubrics)
         if not rubrics:
-            raise ConfigError("RubricGroup needs at least one rubric", "pass a list of Rubric objects")
+            raise ConfigError("RubricGroup must have at least one rubric", "pass a list of Rubric objects")
         for rubric in rubrics:
             if not isinstance(rubric, Rubric):
                 raise ConfigError(f"RubricGroup member {rubric!r} is not a Rubric", "pass Rubric objects")
@@ -36,12 +37,24 @@ class RubricGroup(Rubric):
         self.rubrics = rubrics  # before Rubric.__init__, which adds funcs= through add_reward_func
         super().__init__(**kwargs)
 
+    # Upstream logged these warnings on every call; here once per process (same words).
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         """Add a reward function to the first member rubric (0.1.4)."""
+        warn_once(
+            self.logger, "rubric-group-add-func", "Adding reward function to the first rubric in the group."
+        )
+        self.rubrics[0].add_reward_func(func, weight)
+
+    def add_metric(self, func: RewardFunc, weight: float = 0.0) -> None:
+        """Add a metric (weight 0) to the first member rubric (0.1.8+)."""
+        warn_once(self.logger, "rubric-group-add-metric", "Adding metric to the first rubric in the group.")
         self.rubrics[0].add_reward_func(func, weight)
 
     def add_class_object(self, name: str, obj: Any) -> None:
         """Give ``obj`` to the first member rubric's functions (as upstream 0.1.8+ does)."""
+        warn_once(
+            self.logger, "rubric-group-add-object", "Adding class object to the first rubric in the group."
+        )
         self.rubrics[0].add_class_object(name, obj)
 
     def has_group_funcs(self) -> bool:

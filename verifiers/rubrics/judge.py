@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from verifiers.errors import ConfigError
+from verifiers.errors import ConfigError, TemplateIndexError, TemplateKeyError
 from verifiers.parsers.parser import Parser, message_field, message_text
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import Info, Messages, RewardFunc, SamplingArgs, State
@@ -81,6 +81,22 @@ def reply_text(response: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+def fill_judge_prompt(template: str, **fields: Any) -> str:
+    """``template.format(**fields)``; a bad template raises what ``str.format`` raised (KeyError,
+    IndexError, ValueError), as upstream's ``judge`` did, as a typed error whose message starts
+    with the same words and then says how to fix the template."""
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError) as e:
+        cls = {KeyError: TemplateKeyError, IndexError: TemplateIndexError}.get(type(e), ConfigError)
+        raise cls(
+            f"{e if not isinstance(e, KeyError) else repr(e.args[0])}: judge_prompt is not a template "
+            f"JudgeRubric.judge can fill",
+            f"judge() fills only {', '.join('{' + k + '}' for k in fields)}; write literal braces as "
+            "{{ }}, or override judge() to fill fields of your own",
+        ) from e
+
+
 class JudgeRubric(Rubric):
     """A rubric whose reward functions can call an LLM judge.
 
@@ -95,6 +111,9 @@ class JudgeRubric(Rubric):
         judge_model: the model name sent to the client.
         judge_prompt: a ``str.format`` template with ``{question}``,
             ``{answer}`` and ``{response}`` (write literal braces as ``{{ }}``).
+            As upstream, it is filled (and so checked) only by ``judge()``: a
+            template with fields of its own is fine if the code that uses it
+            fills them.
         judge_sampling_args: extra arguments for ``chat.completions.create``
             (e.g. ``temperature``, ``max_tokens``, sent as
             ``max_completion_tokens``; non-OpenAI ones go under ``extra_body``).
@@ -128,13 +147,8 @@ class JudgeRubric(Rubric):
         super().__init__(
             funcs=funcs, weights=weights, parser=parser, parallelize_scoring=parallelize_scoring, **kwargs
         )
-        try:
-            judge_prompt.format(question="", answer="", response="")
-        except (KeyError, IndexError, ValueError, AttributeError) as e:
-            raise ConfigError(
-                f"judge_prompt is not a valid template ({type(e).__name__}: {e})",
-                "use only {question}, {answer} and {response}, and write literal braces as {{ }}",
-            ) from e
+        # Like upstream, the template is not checked here: subclasses and reward functions
+        # may fill fields of their own (e.g. {context}) before or instead of judge().
         self._judge_client = judge_client
         self.judge_model = judge_model
         self.judge_prompt = judge_prompt
@@ -179,7 +193,9 @@ class JudgeRubric(Rubric):
         # As in 0.1.4, a missing answer or response is written as "None": the
         # prompt, and so the verdict, stay the same as there.
         response = self.parser.parse_answer(completion)
-        text = self.judge_prompt.format(question=question_text(prompt), answer=answer, response=response)
+        text = fill_judge_prompt(
+            self.judge_prompt, question=question_text(prompt), answer=answer, response=response
+        )
         cache = state.get("judge_response") if state is not None else None
         if not isinstance(cache, dict):
             cache = {}

@@ -157,9 +157,9 @@ class Rubric:
         funcs = list(funcs or [])
         weights = [1.0] * len(funcs) if weights is None else list(weights)
         if len(weights) != len(funcs):
-            raise ConfigError(
-                f"{type(self).__name__} got {len(funcs)} reward functions but {len(weights)} weights",
-                "pass one weight per function, or no weights for 1.0 each",
+            raise ConfigError(  # upstream's words first (0.1.11+ raised this ValueError)
+                f"Number of weights ({len(weights)}) must match number of functions ({len(funcs)})",
+                f"{type(self).__name__}: pass one weight per function, or no weights for 1.0 each",
             )
         for func, weight in zip(funcs, weights, strict=True):
             self.add_reward_func(func, weight)
@@ -218,6 +218,21 @@ class Rubric:
                 f"cannot read the signature of reward function {name!r}: {e}",
                 "wrap it in a def that names its arguments",
             ) from e
+        # A wrapper (functools.wraps, update_wrapper(partial(f, key=...), f)) is called with the
+        # arguments its wrapped function names, as upstream does; a parameter counts as missing
+        # only if the wrapper itself needs it too (a partial may have bound it).
+        own = signature
+        if hasattr(func, "__wrapped__"):
+            try:
+                own = inspect.signature(func, follow_wrapped=False)
+            except (TypeError, ValueError):
+                pass
+        own_required = {
+            p.name
+            for p in own.parameters.values()
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        }
         wants: list[str] = []
         takes_all = False
         params = frozenset(
@@ -242,7 +257,11 @@ class Rubric:
                 continue
             elif param.name in allowed and param.kind is not inspect.Parameter.POSITIONAL_ONLY:
                 wants.append(param.name)
-            elif param.default is inspect.Parameter.empty and param.name not in given:
+            elif (
+                param.default is inspect.Parameter.empty
+                and param.name not in given
+                and param.name in own_required
+            ):
                 raise ConfigError(
                     f"reward function {name!r} needs argument {param.name!r}, which {kind} does not pass",
                     f"take only {', '.join(allowed)} (by keyword) or **kwargs, or give it a default",

@@ -36,6 +36,17 @@ class ToolRubric(Rubric):
             self.add_reward_func(_call_counter(name), weight=0.0)
         self.add_reward_func(self.total_tool_calls, weight=0.0)
 
+    @property
+    def oai_tools(self) -> list[dict[str, Any]]:
+        """The tools' OpenAI schemas (0.1.x attribute; tools given by name have none)."""
+        from verifiers.utils.tool_utils import convert_func_to_oai_tool  # only when read
+
+        return [convert_func_to_oai_tool(t) for t in self.tools if not isinstance(t, str)]
+
+    def get_tool_call_count_func(self, tool_name: str) -> Callable[[Messages], float]:
+        """A metric function counting calls to ``tool_name``, named ``<tool_name>_calls`` (0.1.x)."""
+        return _call_counter(tool_name)
+
     def total_tool_calls(self, completion: Messages) -> float:
         """Number of tool calls in the completion."""
         return float(len(Parser.get_tool_calls(completion)))

@@ -308,7 +308,19 @@ def function_to_tool_schema(fn: Callable[..., Any], args_to_skip: Iterable[str] 
 
 
 # 0.1.x name for the same thing.
-convert_func_to_oai_tool = function_to_tool_schema
+def convert_func_to_oai_tool(func: Callable[..., Any]) -> dict[str, Any]:
+    """0.1.x's name (and parameter name) for :func:`function_to_tool_schema`."""
+    return function_to_tool_schema(func)
+
+
+def convert_func_to_tool_def(func: Callable[..., Any]) -> Any:
+    """0.1.11+'s provider-neutral tool definition of ``func``: a :class:`Tool` (``name``,
+    ``description``, ``parameters``), the same schema ``convert_func_to_oai_tool`` sends."""
+    from verifiers.types import Tool
+
+    function = function_to_tool_schema(func)["function"]
+    return Tool(name=function["name"], description=function.get("description") or "",
+                parameters=function["parameters"])  # fmt: skip
 
 
 def format_tool_result(result: Any) -> str:

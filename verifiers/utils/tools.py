@@ -32,21 +32,12 @@ PYTHON_MAX_OUTPUT_CHARS = 1000
 """Characters of output (or of the error) ``python`` returns."""
 PYTHON_MEMORY_MB = 512
 
-_REMOVED = {
-    "search": "Brave web search (needed the brave package and an API key)",
-    "search_ddg": "DuckDuckGo web search (needed the duckduckgo_search package and the network)",
-    "ask": "asking an LLM about a web page (needed a DeepInfra API key and the network)",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _REMOVED:
-        raise ImportError(
-            f"verifiers.utils.tools.{name} ({_REMOVED[name]}) is not part of verifiers 0.2; "
-            "write it as your own tool function (any Python function with a docstring works with vf.ToolEnv)",
-            name=name,
-        )
-    raise AttributeError(f"module 'verifiers.utils.tools' has no attribute {name!r}")
+    # 0.1.x's web tools: refused in one line (verifiers.compat.refused says why).
+    from verifiers.compat.refused import refuse
+
+    refuse(__name__, name)
 
 
 def notebook_cell(code: str) -> str:

@@ -244,7 +244,7 @@ def test_cli_entry_points_exist():
 
 def test_setup_declares_the_rl_extra_and_tomli_for_python_310(monkeypatch):
     """``pip install "verifiers[rl]"`` (the guides' spelling) gets the training stack and DeepSpeed; 3.10 gets tomli.
-    deepspeed, wandb and trl are extras of their own: the package imports none of them unless asked."""
+    deepspeed, wandb and trl are extras of their own too: the package imports none of them unless asked."""
     import runpy
 
     import setuptools
@@ -254,12 +254,41 @@ def test_setup_declares_the_rl_extra_and_tomli_for_python_310(monkeypatch):
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / "setup.py"))
     extras = captured["extras_require"]
-    assert extras["rl"] == extras["train"] + extras["deepspeed"] + extras["vllm"]  # the GPU install
+    # the GPU install, and wandb: the tutorial's config turns on report_to = "wandb" (upstream's [rl] had it)
+    assert extras["rl"] == extras["train"] + extras["deepspeed"] + extras["vllm"] + extras["wandb"]
     assert any(r.startswith("deepspeed") for r in extras["rl"])
     for name in ("trl", "wandb", "deepspeed"):
         assert not any(r.startswith(name) for r in extras["train"]), name
         assert any(r.startswith(name) for r in extras[name]), name
     assert 'tomli>=1.1; python_version < "3.11"' in captured["install_requires"]
+
+
+TUTORIAL_WANDB = """
+[trainer.args.wandb]
+project = "reverse-text-tutorial"
+name = "my-first-run"
+"""
+
+
+def test_tutorial_wandb_block_runs_once_the_rl_extra_brought_wandb(tmp_path, capsys, monkeypatch):
+    """The tutorial's report_to = "wandb" with its [trainer.args.wandb] table: planned when wandb is
+    importable (the [rl] extra installs it), one line naming the fix when it is not."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        CONFIG.replace("[trainer.args]\n", '[trainer.args]\nreport_to = "wandb"\n') + TUTORIAL_WANDB
+    )
+    fake = tmp_path / "site"
+    (fake / "wandb").mkdir(parents=True)
+    (fake / "wandb" / "__init__.py").write_text("")
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:  # without the extra: one line, the fix named
+        line = one_error(capsys, rl_cli.main(["@", str(cfg), "--dry-run"]))
+        assert (
+            line == "error: report_to='wandb' includes 'wandb' but wandb is not installed (pip install wandb)"
+        )
+        monkeypatch.syspath_prepend(str(fake))  # what pip install "verifiers[rl]" puts there
+    assert rl_cli.main(["@", str(cfg), "--dry-run"]) == 0, capsys.readouterr().err
 
 
 def test_vf_rl_subprocess_error_has_no_traceback(tmp_path):
@@ -305,6 +334,58 @@ def test_load_envs_groups_several_environments(monkeypatch):
 
 
 # -- vf-setup ---------------------------------------------------------------------------------
+
+
+# The prime-rl page's multi-environment example: its three [[env]] entries (ids, args, weights),
+# with this package's model / inference / trainer keys around them.
+MULTI_ENV = """
+model = "smollm2"
+
+[[env]]
+id = "primeintellect/math-python"
+args = { max_turns = 10 }
+weight = 0.5
+
+[[env]]
+id = "primeintellect/gsm8k"
+args = { max_turns = 5 }
+weight = 0.3
+
+[[env]]
+id = "primeintellect/wiki-search"
+args = { max_turns = 8 }
+weight = 0.2
+
+[inference]
+gpus = 0
+
+[trainer]
+gpus = 0
+
+[trainer.args]
+run_name = "multi"
+rollouts_per_example = 4
+micro_batch_size = 4
+batch_size = 16
+max_steps = 2
+"""
+
+
+def test_prime_rl_page_multi_environment_example_runs_with_the_bundled_environments(tmp_path, capsys):
+    """Every entry's args are accepted (gsm8k, single-turn, takes max_turns as a bound >= 1) and
+    the three load as one weighted EnvGroup."""
+    import verifiers as vf
+
+    cfg = tmp_path / "multi.toml"
+    cfg.write_text(MULTI_ENV)
+    assert rl_cli.main(["@", str(cfg), "--dry-run"]) == 0, capsys.readouterr().err
+    config = tc.parse_config(tc.tomllib.loads(MULTI_ENV), source=cfg)
+    group = train_cli.load_envs(config.envs)
+    assert isinstance(group, vf.EnvGroup)
+    assert group.task_shares() == {"math-python": 0.5, "gsm8k": 0.3, "wiki-search": 0.2}
+    assert [env.max_turns for env in group.envs] == [10, 1, 8]  # gsm8k: its one turn, within 5
+    with pytest.raises(vf.ConfigError, match=r"^gsm8k: max_turns=0 must be an integer >= 1"):
+        vf.load_environment("primeintellect/gsm8k", max_turns=0)
 
 
 def test_setup_writes_example_configs_that_parse(tmp_path, capsys):

@@ -255,3 +255,102 @@ def test_a_multi_process_trainer_launch_leaves_nothing_in_the_temp_dir(tmp_path,
     assert run(launch) == []
     i = launch.index("--log_dir")
     assert [name.split("_")[0] for name in run(launch[:i] + launch[i + 2 :])] == ["torchelastic"]
+
+
+# -- the server's port: free before the start, and answered by the server vf-rl started ---------
+
+FOREIGN_HEALTH = textwrap.dedent(
+    """
+    import http.server, sys
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # answers like a ready server: /health, /vf/health, /v1/models
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status": "ready"}')
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    print("listening", flush=True)
+    server.serve_forever()
+    """
+)
+
+
+@pytest.fixture
+def foreign_http(tmp_path):
+    """Another process's HTTP server answering every path with 200, on a free port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FOREIGN_HEALTH, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "listening"
+    yield port
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def marker_server(tmp_path) -> tuple[list[str], Path]:
+    """A server command that only leaves a file behind (to see whether it was started) and waits."""
+    marker = tmp_path / "server-started"
+    return [
+        sys.executable,
+        "-c",
+        f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(60)",
+    ], marker
+
+
+def test_port_held_by_a_plain_listener_is_refused_before_the_server_starts(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        cmd, marker = marker_server(tmp_path)
+        plan = make_plan(tmp_path, cmd, fake_trainer("print('never')"), port=port)
+        with pytest.raises(ServerError) as info:
+            rl_cli.Launcher(plan).run()
+    line = str(info.value)
+    assert line.startswith(f"inference port {port} on 127.0.0.1 is already in use by another process")
+    assert f"--inference.port {port + 1}" in line and "\n" not in line
+    assert not marker.exists() and plan.server.proc is None and plan.trainer.proc is None
+
+
+def test_port_held_by_another_http_server_is_refused(tmp_path, foreign_http):
+    cmd, marker = marker_server(tmp_path)
+    plan = make_plan(tmp_path, cmd, fake_trainer("print('never')"), port=foreign_http)
+    with pytest.raises(ServerError, match=f"inference port {foreign_http} on 127.0.0.1 is already in use"):
+        rl_cli.Launcher(plan).run()
+    assert not marker.exists() and plan.trainer.proc is None
+
+
+def test_readiness_never_takes_another_server_for_its_own(tmp_path, foreign_http, monkeypatch):
+    """A server that took the port after the check (a race), answering /health with 200: the
+    readiness wait sees its listener is not in the started server's session and refuses."""
+    monkeypatch.setattr(rl_launcher, "check_port_free", lambda host, port: None)
+    cmd, _ = marker_server(tmp_path)
+    plan = make_plan(tmp_path, cmd, fake_trainer("print('never')"), port=foreign_http, timeout=20)
+    with pytest.raises(ServerError) as info:
+        rl_cli.Launcher(plan).run()
+    assert str(info.value).startswith(
+        f"port {foreign_http} answers /health, but not from the inference server vf-rl started"
+    )
+    assert plan.server.proc is not None and plan.trainer.proc is None  # ours ran; the trainer never did
+    assert gone(plan.server.proc)
+
+
+def test_listener_ownership_follows_the_server_session(tmp_path):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not rl_launcher.listener_is_foreign(port, os.getsid(0))  # this session's listener
+        other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        try:
+            assert rl_launcher.listener_is_foreign(port, other.pid)
+        finally:
+            other.kill()
+            other.wait()
+    assert not rl_launcher.listener_is_foreign(port, os.getsid(0))  # nobody listens: nothing foreign

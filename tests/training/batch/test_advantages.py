@@ -98,3 +98,12 @@ def test_nearly_equal_rewards_count_as_zero_std():
     assert keep.tolist() == [False]
     _, stats = compute_advantages(rewards, 2)
     assert stats["zero_std_groups_frac"] == 1.0
+
+
+def test_a_group_of_equal_rewards_has_zero_advantages_even_scaled():
+    # Found by hypothesis: the float32 mean of five equal rewards missed them by an ulp, and
+    # scale_rewards divided that by a std of ~1e-7 (+ STD_EPS): advantages summing to 0.006.
+    rewards = torch.tensor([1.9328903772870483] * 5)
+    for scale in (False, True):
+        adv, _ = compute_advantages(rewards, group_size=5, scale_rewards=scale)
+        assert torch.equal(adv, torch.zeros(5))

@@ -11,6 +11,12 @@ trainer waits for it (``vllm_server_timeout``), re-syncs its weights and goes on
 would give up first. When the server cannot be restarted, the trainer gets SIGTERM,
 saves its checkpoint, and vf-rl ends with one line saying why.
 
+Port: before the server starts, its port must be free (another process listening there is
+refused in one line; vf-rl never picks another port by itself, since the trainer and any
+client read the configured one); and the readiness wait accepts only the server vf-rl
+started: the process listening on the port must be in the server's session (Linux /proc),
+else a foreign server answering /health there is refused instead of trained against.
+
 Shutdown: the first Ctrl-C or SIGTERM goes to the trainer's process group only, which
 finishes its step and saves a checkpoint; vf-rl waits for it (no timeout), then stops
 the server and exits 130 or 143. A second signal stops everything at once.
@@ -19,10 +25,12 @@ the server and exits 130 or 143. A second signal stops everything at once.
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -141,6 +149,7 @@ class Launcher:
     def _drive(self) -> int:
         """Start the server, wait for it, start the trainer, and watch both until one ends."""
         server, trainer = self.plan.server, self.plan.trainer
+        check_port_free(self.plan.config.inference.host, self.plan.config.inference.port)
         self.note(f"Starting the inference server: {server.shown()}")
         self._start(server)
         self._wait_ready()
@@ -291,7 +300,17 @@ class Launcher:
                     + first_error(server.log, start=server.log_start),
                     hint=f"full log: {server.log}",
                 )
-            return "ready" if _http_ok(url + "/health") and _http_ok(url + "/v1/models") else None
+            if not (_http_ok(url + "/health") and _http_ok(url + "/v1/models")):
+                return None
+            port = self.plan.config.inference.port
+            if listener_is_foreign(port, server.proc.pid):
+                self.failed = server
+                raise ServerError(
+                    f"port {port} answers /health, but not from the inference server vf-rl started "
+                    f"(pid {server.proc.pid}): another process listens there",
+                    hint=f"stop that process, or set inference.port to a free one, e.g. --inference.port {port + 1}",
+                )
+            return "ready"
 
         outcome = poll_until(check, Backoff(first=1.0, max_delay=1.0, timeout=timeout))
         if outcome == "ready":
@@ -436,6 +455,79 @@ def first_error(log: Path, limit: int = 300, start: int = 0) -> str:
         if match:
             return f": {match.group(1)}: {match.group(2).strip()}"[: limit + 2]
     return ""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ``ServerError`` (one line) if another process already listens on ``host:port``.
+
+    Bound as the server will bind it (``SO_REUSEADDR``, as uvicorn does): a port left in
+    TIME_WAIT by a previous run is free, one with a listener is not."""
+    try:
+        addrs = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # an unresolvable host: the server reports it with its own error
+    for family, kind, proto, _, addr in addrs:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(addr)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    continue
+                raise ServerError(
+                    f"inference port {port} on {host} is already in use by another process; vf-rl starts "
+                    "its own server and never trains against one it did not start",
+                    hint=f"stop that process, or set inference.port to a free one, e.g. --inference.port {port + 1}",
+                ) from None
+
+
+def _listening_inodes(port: int) -> set[str] | None:
+    """Socket inodes listening on TCP ``port`` (any address), from /proc/net; None without /proc."""
+    found: set[str] = set()
+    seen_table = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        seen_table = True
+        for line in lines:
+            cols = line.split()
+            # local_address is ADDR:PORT in hex; state 0A is LISTEN; cols[9] is the inode
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                found.add(cols[9])
+    return found if seen_table else None
+
+
+def _session_socket_inodes(sid: int) -> set[str]:
+    """Socket inodes held by the processes of session ``sid`` (the server and its children)."""
+    inodes: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid:  # after "(comm)": state ppid pgrp session
+                continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone, or not ours to read
+    return inodes
+
+
+def listener_is_foreign(port: int, server_pid: int) -> bool:
+    """True if something listens on ``port`` and none of it belongs to the server vf-rl started
+    (its session: ``start_new_session`` made ``server_pid`` the session id). False when it is
+    the server's, or when this system cannot tell (no /proc)."""
+    listening = _listening_inodes(port)
+    if not listening:
+        return False
+    return not (listening & _session_socket_inodes(server_pid))
 
 
 def _http_ok(url: str) -> bool:

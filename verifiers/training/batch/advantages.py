@@ -40,7 +40,10 @@ def compute_advantages(
     """
     rewards_GK = group_view(rewards_B.detach().float(), group_size)
     mean_G = rewards_GK.mean(dim=1)
-    advantages_GK = rewards_GK - mean_G[:, None]
+    # A group of equal rewards has no signal: its advantages are exactly 0. The float32 mean of
+    # equal values can miss them by an ulp, which scale_rewards would blow up (divided by a std
+    # of ~1e-7 plus STD_EPS): five rewards of 1.9328904 gave advantages summing to 0.006.
+    advantages_GK = torch.where(_zero_std_G(rewards_GK)[:, None], 0.0, rewards_GK - mean_G[:, None])
     # A single-rollout group has no std; call it 0 (its advantage is 0 anyway).
     std_G = rewards_GK.std(dim=1) if group_size > 1 else torch.zeros_like(mean_G)
     if scale_rewards:
