@@ -63,6 +63,7 @@ def test_register_installs_only_where_vf_vllm_asks(layerwise, monkeypatch):
 
 
 @pytest.mark.server
+@pytest.mark.slow  # a server of its own, to count its log's lines: about 55 s on 2 cores
 def test_partial_updates_log_the_warning_once(tiny_model_dir, tmp_path):
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file

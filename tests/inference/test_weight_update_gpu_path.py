@@ -156,6 +156,17 @@ def full_update(d: Double, update_id: str, version: int) -> None:
     assert r.status_code == 200, r.text
 
 
+def ipc_info(tensors, handles):
+    """The ``update_info`` ``ipc_update.share`` gives for ``tensors``, with ``handles`` made up."""
+    meta = transport.tensor_meta(tensors)
+    return {
+        "names": [m["name"] for m in meta],
+        "dtype_names": [m["dtype"] for m in meta],
+        "shapes": [m["shape"] for m in meta],
+        "ipc_handles": handles,
+    }
+
+
 # -- finding 1: a dropped GPU update is rolled back ------------------------------------------
 
 
@@ -406,15 +417,7 @@ def test_ipc_update_reaches_vllms_update_weights(gpu, monkeypatch):
     )  # fmt: skip
 
     def share(tensors):
-        handles = ipc_update.encode_handles([{"GPU-aaaa": args}] * len(tensors))
-        meta = transport.tensor_meta(tensors)
-        info = {
-            "names": [m["name"] for m in meta],
-            "dtype_names": [m["dtype"] for m in meta],
-            "shapes": [m["shape"] for m in meta],
-            "ipc_handles": handles,
-        }
-        return [], info
+        return [], ipc_info(tensors, ipc_update.encode_handles([{"GPU-aaaa": args}] * len(tensors)))
 
     monkeypatch.setattr(ipc_update, "share", share)
     d, worker = gpu("ipc")
@@ -618,15 +621,7 @@ def test_gpu_sync_holds_one_chunk_of_whole_layers_at_a_time(gpu, monkeypatch, ki
 
     def share(tensors):  # CUDA IPC handles made up; what is alive is measured for real
         live.at_send.append(live.now())
-        meta = transport.tensor_meta(tensors)
-        handles = [{"GPU-aaaa": [0] * 15} for _ in meta]
-        info = {
-            "names": [m["name"] for m in meta],
-            "dtype_names": [m["dtype"] for m in meta],
-            "shapes": [m["shape"] for m in meta],
-            "ipc_handles": handles,
-        }
-        return [], info
+        return [], ipc_info(tensors, [{"GPU-aaaa": [0] * 15} for _ in tensors])
 
     monkeypatch.setattr(ipc_update, "share", share)
     monkeypatch.setattr(WeightSyncExtension, "vf_receive_ipc", lambda self, info: self.update_weights(info))

@@ -90,6 +90,7 @@ def qwen2_server(tiny_qwen2_dir, tmp_path_factory):
             yield client
 
 
+@pytest.mark.slow  # a server of its own for the Qwen2 checkpoint: about 70 s on 2 cores
 def test_merged_lora_of_qwen2_with_biases_syncs_whole_modules(tiny_qwen2_dir, qwen2_server, tmp_path):
     """LoRA on q,k,v,o of a model with attention biases: each sync after the first carries the
     adapted modules' biases too (the server refused "also send ...q_proj.bias")."""
