@@ -454,21 +454,12 @@ class VLLMClient:
     @staticmethod
     def _pieces(pairs: Iterable[tuple[str, Any]], max_bytes: int) -> Iterator[dict[str, Any]]:
         """Streamed ``(name, tensor)`` pairs as CPU pieces of about ``max_bytes``, cut only between
-        layers (as ``transport.split_by_module``), each made when the previous one was used."""
-        from verifiers.training.weights.names import layer_of
-
-        piece: dict[str, Any] = {}
-        size, last = 0, None
-        for name, t in pairs:
-            layer = layer_of(name)
-            if size >= max_bytes and layer != last:
-                yield transport.prepare_tensors(piece)
-                piece, size = {}, 0
-            piece[name] = t
-            size += t.numel() * t.element_size()
-            last = layer
-        if piece:
-            yield transport.prepare_tensors(piece)
+        layers (``transport.layer_pieces``), each made when the previous one was used."""
+        for piece in transport.layer_pieces(pairs, max_bytes):
+            cpu = transport.prepare_tensors(piece)
+            del piece  # neither piece is kept while the next one is made
+            yield cpu
+            del cpu
 
     def _stage(self, pieces: Iterable[dict[str, Any]]) -> list[Any]:
         """Write every piece to its /dev/shm file before begin (one file per piece layout)."""

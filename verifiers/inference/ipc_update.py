@@ -181,11 +181,7 @@ class IpcChannel:
         }
         client._request("POST", "/vf/weights/begin", stage="begin", json=begin, timeout=left())
         try:
-            it = iter(chunks)
-            while True:
-                chunk = next(it, None)
-                if chunk is None:
-                    break
+            for chunk in chunks:
                 self._receive(update_id, chunk, left())
                 del chunk  # before the next chunk is made: one chunk alive at a time
             commit = {"update_id": update_id, "version": version}

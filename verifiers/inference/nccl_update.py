@@ -80,11 +80,7 @@ class NcclChannel:
         control.begin(params, version, pause_mode, deadline)
         try:
             control.open()
-            it = iter(chunks)
-            while True:
-                chunk = next(it, None)
-                if chunk is None:
-                    break
+            for chunk in chunks:
                 self._round(chunk, deadline)
                 del chunk  # before the next chunk is made: one chunk alive at a time
             control.commit()

@@ -72,10 +72,7 @@ def prepare_tensors(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]
     out: dict[str, Any] = {}
     seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, tensor in _items(named_tensors):
-        t = tensor.detach()
-        full = getattr(t, "full_tensor", None)  # an FSDP DTensor: gather it
-        if callable(full):
-            t = full()
+        t = _whole(tensor)
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)) if t.numel() else None
         if key is not None and key in seen:
             continue
@@ -86,26 +83,35 @@ def prepare_tensors(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]
 
 
 def split_by_module(tensors: Mapping[str, Any], max_bytes: int) -> list[dict[str, Any]]:
-    """Cut ``tensors`` into pieces of about ``max_bytes``, only between layers.
+    """Cut ``tensors`` into pieces of about ``max_bytes``, only between layers (:func:`layer_pieces`)."""
+    return list(layer_pieces(tensors.items(), max_bytes))
+
+
+def layer_pieces(pairs: Iterable[tuple[str, Any]], max_bytes: int) -> Iterator[dict[str, Any]]:
+    """``(name, tensor)`` pairs as pieces of about ``max_bytes``, cut only between layers.
 
     vLLM fuses q/k/v (gate/up, every expert of an MoE layer) and the server reloads
-    each file's layers as they come, so a cut never falls inside a layer
+    each piece's layers as they come, so a cut never falls inside a layer
     (``model.layers.N``; a name without an index is its own module): see
-    ``verifiers.training.weights.names.layer_of``.
+    ``verifiers.training.weights.names.layer_of``. Lazy: a piece is made only when the
+    caller asks for the next, and this generator lets go of it first, so a caller that
+    drops each piece before asking holds one piece plus the first tensor of the next layer.
     """
     from verifiers.training.weights.names import layer_of
 
-    pieces: list[dict[str, Any]] = [{}]
+    piece: dict[str, Any] = {}
     size, last = 0, None
-    for name, t in tensors.items():
+    for name, t in pairs:
         layer = layer_of(name)
         if size >= max_bytes and layer != last:
-            pieces.append({})
-            size = 0
-        pieces[-1][name] = t
+            out, piece, size = piece, {}, 0
+            yield out
+            del out
+        piece[name] = t
         size += t.numel() * t.element_size()
         last = layer
-    return [p for p in pieces if p]
+    if piece:
+        yield piece
 
 
 def tensor_meta(named_tensors: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -537,27 +543,20 @@ def ready_event(named_tensors: Mapping[str, Any]) -> Any:
 
 
 def gpu_chunks(pairs: Iterable[tuple[str, Any]], max_bytes: int) -> Iterator[dict[str, Any]]:
-    """Streamed ``(name, tensor)`` pairs as chunks of about ``max_bytes``, cut only between layers
-    (as :func:`split_by_module`), left on their device: what one NCCL broadcast round or one IPC
-    receive sends. A chunk is made only when the caller asks for the next, so a caller that drops
-    each chunk before asking holds at most one chunk plus the first tensor of the next layer."""
-    from verifiers.training.weights.names import layer_of
-
-    chunk: dict[str, Any] = {}
-    size, last = 0, None
-    for name, t in pairs:
-        layer = layer_of(name)
-        if size >= max_bytes and layer != last:
-            out, chunk, size = chunk, {}, 0
-            yield out
-            del out
-        t = t.detach()
-        full = getattr(t, "full_tensor", None)  # an FSDP DTensor: gather it
-        chunk[name] = (full() if callable(full) else t).contiguous()
-        size += t.numel() * t.element_size()
-        last = layer
-    if chunk:
+    """Streamed ``(name, tensor)`` pairs as :func:`layer_pieces`, left on their device and made
+    contiguous (an FSDP ``DTensor`` gathered): what one NCCL broadcast round or one IPC receive
+    sends. Each chunk is made when the caller asks for it and let go of here before the next."""
+    for piece in layer_pieces(pairs, max_bytes):
+        chunk = {name: _whole(t).contiguous() for name, t in piece.items()}
+        del piece
         yield chunk
+        del chunk
+
+
+def _whole(tensor: Any) -> Any:
+    t = tensor.detach()
+    full = getattr(t, "full_tensor", None)  # an FSDP DTensor: gather it
+    return full() if callable(full) else t
 
 
 def weight_source_class() -> type:
