@@ -21,6 +21,7 @@ import sys
 sys.path.insert(0, sys.argv[1])  # before anything imports vllm
 
 import asyncio  # noqa: E402
+import dataclasses  # noqa: E402
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 import inspect  # noqa: E402
@@ -331,6 +332,13 @@ def async_llm_calls():
     accepts(method(AsyncLLM, "init_weight_transfer_engine"), e, object())
     accepts(method(AsyncLLM, "update_weights"), e, object())
     accepts(method(AsyncLLM, "get_supported_tasks"), e)
+    accepts(method(AsyncLLM, "sleep"), e, level=1, mode="wait")  # server_state.sleep (/vf/sleep)
+    accepts(method(AsyncLLM, "wake_up"), e, None)  # server_state.wake
+    from vllm.config import ModelConfig
+
+    assert "enable_sleep_mode" in {f.name for f in dataclasses.fields(ModelConfig)}, (
+        "ModelConfig has no enable_sleep_mode (/vf/health's sleep_mode)"
+    )
     for prop in ("errored", "dead_error"):
         assert isinstance(inspect.getattr_static(AsyncLLM, prop), property), (
             f"AsyncLLM.{prop} is not a property"

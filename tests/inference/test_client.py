@@ -621,3 +621,40 @@ def test_large_update_goes_as_several_files_in_one_transaction():
         pieces = split_by_module(weights(), 1)
         qkv = [i for i, p in enumerate(pieces) for n in p if "_proj" in n]
         assert len(set(qkv)) == 1
+
+
+class SleepyEngine(FakeEngine):
+    """A FakeEngine started with vLLM's --enable-sleep-mode."""
+
+    def __init__(self, sleep_mode: bool = True, **kw):
+        super().__init__(**kw)
+        self.vllm_config.model_config = SimpleNamespace(enable_sleep_mode=sleep_mode, dtype=torch.float32)
+
+    async def sleep(self, level=1, mode="abort"):
+        self.calls.append(f"sleep:{level}:{mode}")
+
+    async def wake_up(self, tags=None):
+        self.calls.append(f"wake:{tags}")
+
+
+def test_sleep_frees_the_cache_and_a_sync_wakes_the_server_first():
+    with Double(SleepyEngine(), Settings()) as d:
+        client = VLLMClient(d.url)
+        assert client.health()["sleep_mode"] is True
+        client.sleep()
+        client.sleep()  # asleep already: vLLM is not asked twice
+        assert client.health()["sleeping"] is True
+        assert d.engine.calls == ["sleep:1:wait"]
+        client.update_weights(weights(1.0))  # begin wakes it: the weights must be on the GPU
+        assert d.engine.calls[1:3] == ["wake:None", "reset_prefix_cache"]
+        assert client.health()["sleeping"] is False
+        client.wake()  # awake: nothing to do
+        assert d.engine.calls.count("wake:None") == 1
+
+
+def test_sleep_on_a_server_without_sleep_mode_is_a_400():
+    with Double(SleepyEngine(sleep_mode=False), Settings()) as d:
+        client = VLLMClient(d.url)
+        assert client.health()["sleep_mode"] is False
+        with pytest.raises(ServerError, match="without --enable-sleep-mode"):
+            client.sleep()

@@ -100,8 +100,23 @@ def _run(args: argparse.Namespace) -> int:
             write(out / f"{name}.toml", text, args.force)
     else:
         out = write_workspace(Path("."), args.force)
-    print(f"run one with: vf-rl @ {out / 'reverse-text.toml'}")
+    print(closing_line(out))
     return 0
+
+
+def closing_line(out: Path, gpus: int | None = None) -> str:
+    """What to run first, for this machine: the reverse-text recipe its visible CUDA devices fit."""
+    if gpus is None:
+        from verifiers.cli.rl.plan import cuda_device_count
+
+        gpus = cuda_device_count()
+    if gpus == 0:
+        name, why = "reverse-text-cpu.toml", "no CUDA device is visible: the CPU recipe"
+    elif gpus == 1:
+        name, why = "reverse-text-1gpu.toml", "one CUDA device: the server and the trainer share it"
+    else:
+        name, why = "reverse-text.toml", f"{gpus} CUDA devices: one for the server, one for the trainer"
+    return f"run one with: vf-rl @ {out / name}  ({why})"
 
 
 def workspace_files() -> dict[str, str]:

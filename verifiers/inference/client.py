@@ -296,6 +296,14 @@ class VLLMClient:
     def resume(self) -> None:
         self._request("POST", "/vf/resume")
 
+    def sleep(self) -> None:
+        """Free the server's KV cache (vLLM sleep mode; the server needs --enable-sleep-mode)."""
+        self._request("POST", "/vf/sleep", timeout=self.update_timeout)
+
+    def wake(self) -> None:
+        """Bring the server's weights and KV cache back (a no-op when awake)."""
+        self._request("POST", "/vf/wake", timeout=self.update_timeout)
+
     def server_device(self) -> str:
         """The server's compute device type (``"cpu"``, ``"cuda"``, ...), asked once."""
         if self._device is None:

@@ -59,6 +59,10 @@ Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
   server runs without ``--enable-lora``).
 * ``POST /vf/reset_prefix_cache`` -> ``{"success"}``; ``POST /vf/pause?mode=keep``
   -> ``{"paused": true}``; ``POST /vf/resume`` -> ``{"paused"}``
+* ``POST /vf/sleep`` -> ``{"sleeping": true}`` and ``POST /vf/wake`` -> ``{"sleeping": false}``:
+  vLLM's sleep mode (server started with ``--enable-sleep-mode``; 400 otherwise): the KV cache is
+  freed (level 1: the weights wait in host memory) while a trainer on the same GPU runs its
+  step, and comes back, empty, on wake. A weight update or generation needs the server awake.
 * ``POST /vf/transport/probe`` ``{"path", "nonce"}`` -> ``{"visible"}``: whether this
   server reads the client's ``/dev/shm`` (then weights travel as a file there).
 
@@ -72,6 +76,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -93,6 +98,8 @@ from verifiers.inference.server_state import (
 )
 from verifiers.inference.worker import read_safetensors_headers, validate_params
 from verifiers.utils import owned_files
+
+logger = logging.getLogger("verifiers.inference.server")
 
 # Re-exported: the state and the admin check have lived here since 0.1.
 __all__ = [
@@ -212,6 +219,9 @@ def build_router() -> APIRouter:
             "transports": _gpu_transports(cfg) + ["shm", "http"],
             "update_in_progress": st.update is not None,
             "paused": bool(await st.engine.is_paused()),
+            # vLLM's sleep mode (--enable-sleep-mode): the trainer may free the KV cache during its step.
+            "sleep_mode": bool(getattr(getattr(cfg, "model_config", None), "enable_sleep_mode", False)),
+            "sleeping": st.sleeping,
             "admin_token_required": bool(st.settings.admin_token) or not st.settings.loopback,
             "tool_template": st.settings.tool_template,
             "last_error": st.last_error,
@@ -253,6 +263,7 @@ def build_router() -> APIRouter:
         if st.weights_broken:
             raise RouteError(503, "begin", st.weights_broken)
         async with st.lock:
+            await st.wake()  # a sync into a sleeping server: its weights must be back on the GPU first
             if st.update is not None and st.update.ending:  # the next update waits for its rollback
                 await st.call(st.update.done.wait(), "begin", timeout, "the previous update's rollback")
             if st.update is not None:
@@ -493,6 +504,7 @@ def build_router() -> APIRouter:
                     raise RouteError(
                         409, "lora", f"weight update {st.update.update_id!r} is in progress; retry after it"
                     )
+                await st.wake()
                 load_s = await _load_lora(request, name, path)
         except BaseException:
             if ours and path not in st.lora_paths.values():
@@ -507,6 +519,9 @@ def build_router() -> APIRouter:
         if previous and previous != path and transport.is_transfer_name(previous, "lora"):
             owned_files.release(previous)
         seconds = time.perf_counter() - t0
+        # One line per swap, as a weight update's commit has (server_state.finish): a run's log
+        # shows one line per sync whichever way the weights came.
+        logger.info("adapter %s (v%d) loaded in %.2f s", name, st.lora_versions[name], seconds)
         return {"name": name, "version": st.lora_versions[name], "seconds": seconds, "load_seconds": load_s}
 
     async def _load_lora(request: Request, name: str, path: str) -> float:
@@ -573,6 +588,27 @@ def build_router() -> APIRouter:
         if st.update is None:  # an update in progress resumes at its commit
             await st.engine.resume_generation()
         return {"paused": st.update is not None}
+
+    @router.post("/sleep", dependencies=admin)
+    async def sleep(request: Request):
+        """Free the KV cache (vLLM sleep level 1: the weights go to host memory, the cache is
+        dropped) while a trainer on the same GPU runs its step; generation must be idle."""
+        st = _state(request)
+        if not getattr(st.engine.vllm_config.model_config, "enable_sleep_mode", False):
+            raise RouteError(400, "sleep", "this server was started without --enable-sleep-mode")
+        async with st.lock:
+            if st.update is not None:
+                raise RouteError(409, "sleep", f"weight update {st.update.update_id!r} is in progress")
+            await st.sleep()
+        return {"sleeping": True}
+
+    @router.post("/wake", dependencies=admin)
+    async def wake(request: Request):
+        """Bring back the weights and the KV cache (before a sync or the next batch)."""
+        st = _state(request)
+        async with st.lock:
+            await st.wake()
+        return {"sleeping": False}
 
     @router.post("/transport/probe", dependencies=admin)
     async def probe(request: Request):

@@ -105,6 +105,7 @@ class State:
     spec: dict[str, Any] | None = None
     update: Update | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one begin or adapter swap at a time
+    sleeping: bool = False  # vLLM sleep mode: /vf/sleep freed the KV cache, /vf/wake brings it back
     manual_pause: bool = False
     lora_versions: dict[str, int] = field(default_factory=dict)
     lora_paths: dict[str, str] = field(default_factory=dict)
@@ -118,6 +119,27 @@ class State:
     # Whether device_uuids came from every data-parallel engine (see rpc_every_engine).
     device_uuids_complete: bool = True
     nccl_group_open: bool = False  # a trainer's NCCL group was joined and not released since
+
+    async def sleep(self) -> None:
+        """vLLM sleep level 1 (the KV cache freed, the weights kept in host memory); hold ``lock``."""
+        if self.sleeping:
+            return
+        t0 = time.monotonic()
+        # "wait": a request still running finishes first (with generation not ahead there is
+        # none; "abort" would drop it without a word).
+        await self.engine.sleep(level=1, mode="wait")
+        self.sleeping = True
+        logger.info("asleep (KV cache freed) in %.2f s", time.monotonic() - t0)
+
+    async def wake(self) -> None:
+        """Weights and KV cache back on the GPU; hold ``lock``. A no-op when awake."""
+        if not self.sleeping:
+            return
+        t0 = time.monotonic()
+        await self.engine.wake_up(None)
+        await self.reset_prefix_cache()  # the cache comes back empty: no old block may pass as valid
+        self.sleeping = False
+        logger.info("awake in %.2f s", time.monotonic() - t0)
 
     async def call(
         self, awaitable: Awaitable[Any], stage: str, timeout: float, what: str, status: int = 500

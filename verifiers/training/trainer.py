@@ -319,6 +319,7 @@ class GRPOTrainer(Trainer):
                 break
             self._sync_weights()
         self._wait_s += time.perf_counter() - t0
+        self.server.sleep()  # server_sleep_during_step: nothing generates until this step's sync
         return self._prepare_batch(batch)
 
     def _prepare_batch(self, batch: GeneratedBatch) -> PreparedBatch:
@@ -508,7 +509,10 @@ class GRPOTrainer(Trainer):
             )
         sync_start = time.perf_counter()
         self._wait_s += sync_start - wait_start  # waiting for generation, not training
+        self.server.wake()  # server_sleep_during_step: the weights must be on the GPU to take the sync
         self._sync_weights()
+        if self._batches_trained()[1]:  # the next step trains the same generation batch: sleep again
+            self.server.sleep()
         if self.generator is not None:
             self.generator.mark_trained(self._batches_trained()[0])
         self._maybe_sync_ref_model()
@@ -528,6 +532,7 @@ class GRPOTrainer(Trainer):
     ) -> dict[str, float]:
         """Roll out the env's eval split through the server and log its mean reward."""
         self._ensure_started()
+        self.server.wake()  # server_sleep_during_step: evaluation generates
         metrics = wait_together(self.accelerator, lambda: self._eval_metrics(metric_key_prefix), "evaluating")
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)

@@ -29,6 +29,7 @@ def one_error(capsys, rc: int) -> str:
 # name -> (model, inference gpus, trainer gpus, batch_size, max_seq_len): the guides' numbers
 GPU_RECIPES = {
     "reverse-text": ("PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT", 1, 1, 128, 512),
+    "reverse-text-1gpu": ("PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT", 1, 1, 128, 512),
     "wiki-search": ("Qwen/Qwen3-4B-Instruct-2507", 1, 1, 1024, 4096),
 }
 
@@ -40,7 +41,7 @@ def test_gpu_recipes_are_the_guides(name):
     assert (config.model, config.inference.gpus, config.trainer.gpus) == (model, inf, tr)
     rl = config.rl_config()
     assert (rl.batch_size, rl.max_seq_len) == (batch, seq)
-    assert config.envs[0].id == f"primeintellect/{name}"
+    assert config.envs[0].id == f"primeintellect/{name.removesuffix('-1gpu')}"
 
 
 def test_cpu_recipe_is_named_so_and_runs_on_cpu():
@@ -73,17 +74,19 @@ def test_gpu_config_without_cuda_is_refused_in_one_line(capsys, monkeypatch, vis
 
 
 def test_gpu_config_with_too_few_devices_names_the_count(capsys, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")
-    monkeypatch.setattr(rl_cli, "cuda_device_count", lambda: 1)  # CUDA sees one of the two listed
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4,5")
+    monkeypatch.setattr(rl_cli, "cuda_device_count", lambda: 1)  # CUDA sees one of the three listed
     monkeypatch.chdir(ROOT)
-    line = one_error(capsys, rl_cli.main(["@", str(CONFIGS / "reverse-text.toml")]))
-    assert "but 1 CUDA device(s) are visible" in line and line.endswith("(lower the gpus counts)")
+    over = ["--inference.gpus", "2"]  # 1 + 1 on one GPU would share it (test_shared_gpu.py)
+    line = one_error(capsys, rl_cli.main(["@", str(CONFIGS / "reverse-text.toml"), *over]))
+    assert "asks for 3 GPU(s)" in line and "but 1 CUDA device(s) are visible" in line
+    assert line.endswith("(lower the gpus counts)")
 
 
 def test_visible_gpus_keeps_the_listed_ids(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5")
     monkeypatch.setattr(rl_cli, "cuda_device_count", lambda: 3)
-    config = tc.load_config([CONFIGS / "reverse-text.toml"])
+    config = tc.load_config([CONFIGS / "reverse-text.toml"], [("trainer.gpus", "2")])
     assert rl_cli.visible_gpus(config) == ["2", "3", "5"]
 
 

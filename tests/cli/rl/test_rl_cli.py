@@ -393,7 +393,7 @@ def test_setup_writes_example_configs_that_parse(tmp_path, capsys):
     assert setup_cli.main(["--dir", str(out)]) == 0
     written = sorted(p.stem for p in out.glob("*.toml"))
     assert written == sorted(setup_cli.example_configs())
-    assert len(written) == 11  # reverse-text has a GPU (the guide's) and a CPU recipe
+    assert len(written) == 12  # reverse-text has a GPU (the guide's), a one-GPU and a CPU recipe
     for path in out.glob("*.toml"):
         tc.load_config(path)
     assert f"wrote {out / 'reverse-text.toml'}" in capsys.readouterr().out

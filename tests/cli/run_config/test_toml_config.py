@@ -69,8 +69,8 @@ def test_parses_the_documented_schema():
 def test_every_example_config_parses(path):
     cfg = tc.load_config(path)
     # reverse-text.toml / wiki-search.toml are the guides' GPU recipes (hub-style ids, as written);
-    # reverse-text-cpu.toml is the CPU recipe of the same environment
-    env = path.stem.removesuffix("-cpu")
+    # reverse-text-cpu.toml and reverse-text-1gpu.toml are the CPU and one-GPU recipes of the same environment
+    env = path.stem.removesuffix("-cpu").removesuffix("-1gpu")
     assert cfg.envs[0].id.removeprefix("primeintellect/") == env and cfg.run_name == env
     cfg.rl_config()
 
@@ -78,7 +78,7 @@ def test_every_example_config_parses(path):
 def test_examples_cover_the_bundled_environments():
     expected = {"arithmetic", "reverse-text", "alphabet-sort", "gsm8k", "math-python", "wiki-search"}
     expected |= {"wordle", "tool-test", "calculator", "number-guess"}
-    assert {p.stem.removesuffix("-cpu") for p in EXAMPLES} == expected
+    assert {p.stem.removesuffix("-cpu").removesuffix("-1gpu") for p in EXAMPLES} == expected
 
 
 def test_trainer_args_split_into_rlconfig_fields_grpo_fields_and_wandb():

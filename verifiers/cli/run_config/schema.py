@@ -10,6 +10,7 @@
 
     [inference]
     gpus = 0                           # 0: serve on CPU
+    # shared_gpu = true                # the server on the trainer's one GPU (unset: when one GPU is visible)
     # host = "127.0.0.1"; port = 8000
     # max_restarts = 3                 # restarts of a server that dies mid-run (0: stop the run)
     [inference.args]                   # -> vf-vllm flags: enforce_eager = true -> --enforce-eager
@@ -53,7 +54,7 @@ from verifiers.utils.env_loader import env_name
 
 TOP_KEYS = ("model", "env", "inference", "trainer")
 ENV_KEYS = ("id", "args", "weight", "name")
-INFERENCE_KEYS = ("gpus", "host", "port", "max_restarts", "args")
+INFERENCE_KEYS = ("gpus", "shared_gpu", "host", "port", "max_restarts", "args")
 TRAINER_KEYS = ("gpus", "args", "accelerate_config")
 WANDB_KEYS = ("project", "name", "entity")
 DEFAULT_HOST = RLConfig.vllm_server_host
@@ -83,6 +84,11 @@ class InferenceConfig:
     """The ``vf-vllm`` server: where it listens, its GPUs, and its extra flags (``args``)."""
 
     gpus: int = _key(1, "GPUs of the vf-vllm server; 0: serve on CPU.")
+    shared_gpu: bool | None = _key(
+        None,
+        "Run the server on the trainer's GPU (gpus = 1 on both sides; weights by CUDA IPC, the memory "
+        "split printed before starting); unset: shared when one CUDA device is visible; false: never.",
+    )
     host: str = _key(DEFAULT_HOST, "Where the server listens and the trainer connects.")
     port: int = _key(DEFAULT_PORT, "Port of the server.")
     max_restarts: int = _key(
@@ -184,6 +190,9 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
             f"inference.max_restarts = {max_restarts} must be >= 0",
             hint="0 ends the run when the server dies; 3 restarts it up to 3 times",
         )
+    shared_gpu = inference.get("shared_gpu")
+    if shared_gpu is not None:
+        check_type("inference.shared_gpu", shared_gpu, bool)
     accelerate_config = trainer.get("accelerate_config")
     if accelerate_config is not None:
         check_type("trainer.accelerate_config", accelerate_config, str)
@@ -210,7 +219,12 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         model=model,
         envs=envs,
         inference=InferenceConfig(
-            gpus=gpus["inference"], host=host, port=port, max_restarts=max_restarts, args=inference_args
+            gpus=gpus["inference"],
+            shared_gpu=shared_gpu,
+            host=host,
+            port=port,
+            max_restarts=max_restarts,
+            args=inference_args,
         ),
         trainer=TrainerConfig(
             gpus=gpus["trainer"],

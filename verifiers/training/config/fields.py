@@ -122,6 +122,12 @@ class GRPOConfig(TrainingArguments):
     num_batches_ahead: int = _f(
         1, "Generation batches produced ahead of training (0: synchronous); also the staleness bound."
     )
+    server_sleep_during_step: bool = _f(
+        False,
+        "Free the vf-vllm server's KV cache while each step trains (vLLM's sleep mode; the server "
+        "must run with --enable-sleep-mode): for a server on the trainer's GPU. Needs "
+        "num_batches_ahead=0 (nothing is generated during the step).",
+    )
     cpu_phases: str = _f(
         "auto",
         "When the vLLM server computes on this machine's CPU, as the trainer does: 'auto' or 'exclusive' "

@@ -90,6 +90,12 @@ def validate_fields(c: Any) -> None:
             1,
             "or None to size it from num_batches_ahead",
         )
+    if c.server_sleep_during_step and c.num_batches_ahead != 0:
+        fail(
+            f"server_sleep_during_step=True needs num_batches_ahead=0 (it is {c.num_batches_ahead}): "
+            "a server generating the next batch during the step cannot free its KV cache",
+            "set num_batches_ahead=0, or server_sleep_during_step=False",
+        )
     if c.cpu_phases not in CPU_PHASES:
         fail(f"unknown cpu_phases={c.cpu_phases!r}", f"use one of: {', '.join(CPU_PHASES)}")
     if c.sampling_seeds not in SAMPLING_SEEDS:

@@ -24,7 +24,8 @@ TRL_ONLY_FIELDS: dict[str, str] = {
     "vllm_gpu_memory_utilization": "pass --gpu-memory-utilization to vf-vllm",
     "vllm_tensor_parallel_size": "pass --tensor-parallel-size to vf-vllm",
     "vllm_max_model_length": "pass --max-model-len to vf-vllm",
-    "vllm_enable_sleep_mode": _SERVER,
+    "vllm_enable_sleep_mode": "set server_sleep_during_step=True (with num_batches_ahead=0) and start "
+    "vf-vllm with --enable-sleep-mode",
     "vllm_group_port": "weights travel through vf-vllm's own routes; there is no separate group port",
     "vllm_importance_sampling_correction": "the correction is always on; tune importance_sampling_cap "
     "and importance_sampling_mask_low / importance_sampling_mask_high",

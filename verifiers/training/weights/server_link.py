@@ -53,8 +53,37 @@ class ServerLink:
             )
             self.client.wait_until_ready(a.vllm_server_timeout)
         if self.base_model_name is None:
-            self.base_model_name = self.client.health()["model"]
+            health = self.client.health()
+            self.base_model_name = health["model"]
+            if self.args.server_sleep_during_step and not health.get("sleep_mode"):
+                from verifiers.errors import ConfigError
+
+                raise ConfigError(
+                    f"server_sleep_during_step=True but the vLLM server at {self.client.server_url} runs "
+                    "without sleep mode",
+                    hint="start vf-vllm with --enable-sleep-mode (a CUDA server), or set server_sleep_during_step=False",
+                )
         return self.client
+
+    # -- sleep mode (server_sleep_during_step): the KV cache goes back to the trainer during a step --
+
+    def sleep(self) -> None:
+        """Free the server's KV cache for this step's training (main process asks; the others go on)."""
+        if self.args.server_sleep_during_step and self.accelerator.is_main_process:
+            self.connect().sleep()
+
+    def wake(self) -> None:
+        """Give back what the step used and bring the server's KV cache back, before a sync or generation."""
+        if not self.args.server_sleep_during_step:
+            return
+        import torch
+
+        if torch.cuda.is_available():
+            # The caching allocator keeps the step's freed blocks for this process: the server
+            # can only take the memory back once they are returned to the driver.
+            torch.cuda.empty_cache()
+        if self.accelerator.is_main_process:
+            self.connect().wake()
 
     def make_syncer(self, model: Any, *, gather: Callable[..., Any]) -> WeightSyncer:
         """The syncer for ``model`` (unwrapped), made on first use."""
