@@ -3,6 +3,7 @@ one-GPU recipe, and the server flags the plan gives (all on CPU; the GPU's free 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -130,7 +131,12 @@ def test_each_part_of_the_plan_follows_its_formula(shapes):
     assert plan.trainer["optimizer"] == lora * 12
     assert plan.trainer["reference"] == 0  # beta 0, and LoRA's reference is the base itself
     assert plan.trainer["activations"] == 16 * 512 * 28 * per_token_layer
-    assert plan.trainer["logits"] == 16 * 128 * 151936 * 4 + 1024 * 151936 * 8
+    assert plan.trainer["logits"] == (1 << 26) // 151936 * 151936 * 4 * 3  # one chunk of 441 rows
+    unchunked = sg.plan_memory(
+        dataclasses.replace(q, chunked_head=False),
+        sg.RunShape.of(tc.load_config([CONFIGS / "reverse-text.toml"]).rl_config(), {}),
+    )
+    assert unchunked.trainer["logits"] == 16 * 128 * 151936 * 4 + 1024 * 151936 * 8
     assert plan.server["weights"] == q.params * 2
     assert plan.kv_per_token == 2 * 28 * 1024 * 2
     assert (plan.kv_wanted, plan.kv_least) == (128 * 512, 16 * 512)
@@ -150,9 +156,10 @@ def test_full_fine_tuning_counts_fp32_masters_the_autocast_copy_and_a_reference(
 
 
 def test_the_chunk_the_plan_counts_is_the_loss_chunk():
+    from verifiers.training.loss.chunked_head import CHUNK_ELEMENTS
     from verifiers.training.loss.logprobs import DEFAULT_CHUNK_ROWS
 
-    assert sg.LOGPROB_CHUNK_ROWS == DEFAULT_CHUNK_ROWS
+    assert sg.LOGPROB_CHUNK_ROWS == DEFAULT_CHUNK_ROWS and sg.CHUNK_ELEMENTS == CHUNK_ELEMENTS
 
 
 def test_sizing_gives_the_server_what_the_trainer_leaves_in_whole_blocks(shapes):

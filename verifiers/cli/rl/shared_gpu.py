@@ -25,9 +25,10 @@ trainer
                a Llama-style layer: norms in fp32, q/k/v, attention output, gate, up, the
                activation and its product, LoRA's inputs); with gradient checkpointing only
                each layer's input, plus one layer's intermediates while it is recomputed.
-  logits       the kept completion positions × vocabulary, with their gradient, in the
-               compute dtype, plus one fp32 chunk of ``logprobs.DEFAULT_CHUNK_ROWS`` rows
-               and its softmax (loss/logprobs.py).
+  logits       one chunk of positions × vocabulary in fp32 (the logits, their softmax, and
+               backward's recomputed chunk with its gradient: loss/chunked_head.py); for a
+               model family the chunked head does not cover, the kept completion positions ×
+               vocabulary with their gradient in the compute dtype, plus one fp32 chunk.
   CUDA         the context, cuBLAS workspaces and the caching allocator's slack.
 server
   weights      the served dtype (bf16 unless ``[inference.args] dtype`` says otherwise).
@@ -64,6 +65,7 @@ SERVER_CUDA_BYTES = int(0.75 * GiB)
 CUDA_GRAPH_BYTES = int(0.5 * GiB)
 ADAM_BYTES = 12  # fp32 gradient + two fp32 moments per trainable parameter
 LOGPROB_CHUNK_ROWS = 1024  # loss/logprobs.py DEFAULT_CHUNK_ROWS (a test keeps them equal)
+CHUNK_ELEMENTS = 1 << 26  # loss/chunked_head.py: logits per chunk (a test keeps them equal)
 # vLLM's default max_num_batched_tokens on a GPU for an API server (its profile run's batch).
 PROFILE_TOKENS = 8192
 
@@ -142,6 +144,9 @@ class ModelShape:
     vocab: int
     dtype_bytes: int  # the checkpoint's dtype (config.torch_dtype), 2 when it does not say
     linear: dict[str, tuple[int, int]] = field(default_factory=dict)  # module name -> (in, out), one layer
+    # Whether the trainer scores it from hidden states a chunk at a time (loss/chunked_head.py);
+    # else it keeps the logits of every scored position.
+    chunked_head: bool = True
 
     def lora_params(self, rank: int, targets: list[str] | str | None) -> int:
         """Trainable parameters of a rank-``rank`` LoRA on ``targets`` (RLConfig's None: q,k,v,o)."""
@@ -187,7 +192,13 @@ def model_shape(model: str) -> ModelShape:
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     given = text.to_dict()  # not getattr: transformers warns on reading torch_dtype
     dtype = str(given.get("dtype") or given.get("torch_dtype") or "")
+    from verifiers.training.loss.chunked_head import _LOGIT_TRANSFORMS, PLAIN_HEAD_MODEL_TYPES
+
+    chunked = getattr(text, "model_type", None) in PLAIN_HEAD_MODEL_TYPES and not any(
+        getattr(text, name, None) for name in _LOGIT_TRANSFORMS
+    )
     return ModelShape(
+        chunked_head=chunked,
         params=params,
         layers=text.num_hidden_layers,
         hidden=text.hidden_size,
@@ -372,8 +383,14 @@ def plan_memory(shape: ModelShape, run: RunShape) -> MemoryPlan:
     else:
         activations = tokens * layers * per_layer
     completion = min(run.max_tokens or run.max_seq_len, run.max_seq_len)
-    logits = run.micro_batch_size * completion * shape.vocab * 2 * cb
-    logits += min(LOGPROB_CHUNK_ROWS, run.micro_batch_size * completion) * shape.vocab * 4 * 2
+    if shape.chunked_head:
+        # One chunk's logits at a time, in fp32: the logits, their softmax, and in backward the
+        # recomputed chunk with its gradient (loss/chunked_head.py).
+        rows = min(LOGPROB_CHUNK_ROWS, CHUNK_ELEMENTS // shape.vocab, run.micro_batch_size * completion)
+        logits = rows * shape.vocab * 4 * 3
+    else:
+        logits = run.micro_batch_size * completion * shape.vocab * 2 * cb
+        logits += min(LOGPROB_CHUNK_ROWS, run.micro_batch_size * completion) * shape.vocab * 4 * 2
     trainer = {
         "weights": weights,
         "optimizer": trainable * ADAM_BYTES,

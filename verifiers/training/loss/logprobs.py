@@ -9,6 +9,11 @@ keeps the extra memory to one chunk.
 
 A micro-batch whose rows share a prompt (a GRPO group) runs as one packed
 sequence: the prompt once, no padding (``packed_logprobs``).
+
+For the known decoder families (``chunked_head.output_head``) the logits are never kept
+whole: the head runs a chunk of positions at a time, forward and backward
+(``chunked_head.py``). ``from_hidden=False``, or any other model, takes the legacy path
+below: the model returns ``[B, T, V]`` logits and ``selective_log_softmax`` reads them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from verifiers.training.loss.chunked_head import head_scoring, output_head, vocab_size
 from verifiers.training.loss.packed_attention import install, make_segments
 
 DEFAULT_CHUNK_ROWS = 1024  # positions (B*T rows) per chunk
@@ -64,6 +70,8 @@ def sequence_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    *,
+    from_hidden: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs of ``input_ids_BT[:, start:]`` under ``model``: ``([B, T - start], entropy or None)``.
 
@@ -74,9 +82,13 @@ def sequence_logprobs(
     When every row starts with the same ``start`` tokens (a GRPO group: one prompt,
     several completions), the rows run packed (``packed_logprobs``); positions after
     a row's last real token then hold 0 (they are padding, outside every loss mask).
+    With ``from_hidden`` (the default) and a model whose head ``chunked_head.output_head``
+    knows, the head runs ``chunk_rows`` positions at a time (fewer for a large vocabulary),
+    forward and backward; otherwise the kept positions' logits are materialized whole.
     """
     if start < 1:
         raise ValueError(f"start={start} must be >= 1: the first token has no logits to score it")
+    head = output_head(model) if from_hidden else None
     if can_pack(model, input_ids_BT, attention_mask_BT, start):
         return packed_logprobs(
             model,
@@ -86,14 +98,35 @@ def sequence_logprobs(
             temperature=temperature,
             with_entropy=with_entropy,
             chunk_rows=chunk_rows,
+            head=head,
         )
-    T = input_ids_BT.shape[1]
-    out = model(
-        input_ids=input_ids_BT,
-        attention_mask=attention_mask_BT,
-        logits_to_keep=T - start + 1,
-        use_cache=False,
-    )
+    B, T = input_ids_BT.shape
+    K = T - start + 1  # kept positions: start - 1 .. T - 1; the last one scores nothing
+    inputs = {
+        "input_ids": input_ids_BT,
+        "attention_mask": attention_mask_BT,
+        "logits_to_keep": K,
+        "use_cache": False,
+    }
+    if head is not None:
+        dev = input_ids_BT.device
+        src_N = (torch.arange(B, device=dev)[:, None] * K + torch.arange(K - 1, device=dev)[None, :]).reshape(
+            -1
+        )
+        ids_N = input_ids_BT[:, start:].reshape(-1)
+        logprobs_N, entropy_N = scored_forward(
+            model,
+            head,
+            inputs,
+            src_N,
+            ids_N,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_rows=chunk_rows,
+        )
+        entropy_BT = entropy_N.view(B, K - 1) if entropy_N is not None else None
+        return logprobs_N.view(B, K - 1), entropy_BT
+    out = model(**inputs)
     logits_BTV = out.logits[:, :-1, :]
     if temperature != 1.0:
         logits_BTV = logits_BTV / temperature
@@ -101,6 +134,39 @@ def sequence_logprobs(
     logprobs_BT = selective_log_softmax(logits_BTV, ids_BT, chunk_rows)
     entropy_BT = entropy_from_logits(logits_BTV, chunk_rows) if with_entropy else None
     return logprobs_BT, entropy_BT
+
+
+def scored_forward(
+    model: torch.nn.Module,
+    head: torch.nn.Module,
+    inputs: dict[str, Any],
+    src_N: Tensor,
+    ids_N: Tensor,
+    *,
+    temperature: float,
+    with_entropy: bool,
+    chunk_rows: int,
+) -> tuple[Tensor, Tensor | None]:
+    """``model(**inputs)`` with its head scoring ``ids_N`` from the kept positions ``src_N``
+    (flattened ``[B, K]``) a chunk at a time: ``(log-probs [N], entropy [N] or None)``."""
+    with head_scoring(
+        head,
+        src_N,
+        ids_N,
+        vocab=vocab_size(model),
+        temperature=temperature,
+        with_entropy=with_entropy,
+        chunk_rows=chunk_rows,
+    ) as scores:
+        out = model(**inputs)
+    logprobs_N = out.logits
+    if scores.calls != 1 or logprobs_N.shape != ids_N.shape:
+        raise RuntimeError(
+            f"the chunked head ran {scores.calls} times and the model returned {tuple(logprobs_N.shape)}, "
+            f"not once and {tuple(ids_N.shape)}: this model's forward is not a plain head projection; "
+            "pass from_hidden=False (and report the model type)"
+        )
+    return logprobs_N, scores.entropy_N
 
 
 def shared_prefix(input_ids_BT: Tensor, attention_mask_BT: Tensor, start: int) -> bool:
@@ -192,6 +258,7 @@ def packed_logprobs(
     temperature: float,
     with_entropy: bool,
     chunk_rows: int,
+    head: torch.nn.Module | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """``sequence_logprobs`` for rows that share their first ``start`` tokens (``can_pack``), which calls it.
 
@@ -204,7 +271,8 @@ def packed_logprobs(
     instead of 4.69 s on 2 CPU cores (fp32); on an H100 the wall time is about the same
     at this size (launch-bound) but peak memory is lower. From ``SEGMENTED_FROM_LEN``
     tokens on, the attention computes only the blocks the mask allows
-    (``packed_attention``). Positions past a row's end are 0.
+    (``packed_attention``). Positions past a row's end are 0. With ``head``
+    (``chunked_head.output_head``), the head scores a chunk of positions at a time.
     """
     B, T = input_ids_BT.shape
     dev = input_ids_BT.device
@@ -230,28 +298,42 @@ def packed_logprobs(
     else:  # eager adds the mask to the scores
         dtype = next(model.parameters()).dtype
         mask = torch.zeros(L, L, dtype=dtype, device=dev).masked_fill(~allowed, torch.finfo(dtype).min)
-    out = model(
-        input_ids=packed[None],
-        attention_mask=mask[None, None],
-        position_ids=position[None],
-        logits_to_keep=L - start + 1,
-        use_cache=False,
-        **extra,
-    )
-    logits_MV = out.logits[0]  # packed positions start - 1 .. L - 1
-    if temperature != 1.0:
-        logits_MV = logits_MV / temperature
     # Token k of row b (k < its count) is scored by the prefix's last position when k = 0,
-    # else by the row's previous token.
+    # else by the row's previous token; src_N indexes the kept positions start - 1 .. L - 1.
     row_N = torch.repeat_interleave(torch.arange(B, device=dev), counts_B)
     k_N = arange[: len(row_N)] - (first[1:] - start)[row_N]
     src_N = torch.where(k_N == 0, 0, first[1:][row_N] + k_N - 1 - (start - 1))
     target_N = input_ids_BT[row_N, start + k_N]
-    logprobs_N = logits_MV[src_N, target_N].float() - chunked_logsumexp(logits_MV, chunk_rows)[src_N]
+    inputs = {
+        "input_ids": packed[None],
+        "attention_mask": mask[None, None],
+        "position_ids": position[None],
+        "logits_to_keep": L - start + 1,
+        "use_cache": False,
+        **extra,
+    }
+    entropy_N: Tensor | None = None
+    if head is not None:
+        logprobs_N, entropy_N = scored_forward(
+            model,
+            head,
+            inputs,
+            src_N,
+            target_N,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            chunk_rows=chunk_rows,
+        )
+    else:
+        logits_MV = model(**inputs).logits[0]  # packed positions start - 1 .. L - 1
+        if temperature != 1.0:
+            logits_MV = logits_MV / temperature
+        logprobs_N = logits_MV[src_N, target_N].float() - chunked_logsumexp(logits_MV, chunk_rows)[src_N]
+        if with_entropy:
+            entropy_N = entropy_from_logits(logits_MV[None], chunk_rows)[0][src_N]
     logprobs_BT = logprobs_N.new_zeros(B, T - start).index_put((row_N, k_N), logprobs_N)
     entropy_BT = None
-    if with_entropy:
-        entropy_N = entropy_from_logits(logits_MV[None], chunk_rows)[0][src_N]
+    if entropy_N is not None:
         entropy_BT = entropy_N.new_zeros(B, T - start).index_put((row_N, k_N), entropy_N)
     return logprobs_BT, entropy_BT
 
