@@ -595,6 +595,7 @@ class GRPOTrainer(Trainer):
         finally:
             self.stop_signals.restore()
             self.stop_generation()
+            self.server.leave_awake()  # server_sleep_during_step
 
     def stop_generation(self) -> None:
         if self.generator is not None:

@@ -58,3 +58,16 @@ def test_a_server_without_sleep_mode_is_refused_at_connect():
     with pytest.raises(ConfigError, match="runs without sleep mode") as e:
         s.connect()
     assert "--enable-sleep-mode" in e.value.hint
+
+
+def test_the_end_of_training_leaves_the_server_awake_even_if_it_is_gone():
+    client = Client(sleep_mode=True)
+    link(client).leave_awake()
+    assert client.calls == ["wake"]
+
+    class Gone(Client):
+        def wake(self):
+            raise ConnectionError("refused")
+
+    link(Gone(sleep_mode=True)).leave_awake()  # logged, not raised
+    link(None).leave_awake()  # never connected: nothing to wake, nothing waited for
