@@ -28,9 +28,9 @@ class Client:
         self.calls.append("wake")
 
 
-def link(client, on: bool = True, main: bool = True) -> ServerLink:
+def link(client, on: bool = True, main: bool = True, processes: int = 1) -> ServerLink:
     args = SimpleNamespace(server_sleep_during_step=on)
-    return ServerLink(args, SimpleNamespace(is_main_process=main, num_processes=1), client)
+    return ServerLink(args, SimpleNamespace(is_main_process=main, num_processes=processes), client)
 
 
 def test_sleep_and_wake_reach_the_server_from_the_main_process_only():
@@ -71,3 +71,19 @@ def test_the_end_of_training_leaves_the_server_awake_even_if_it_is_gone():
 
     link(Gone(sleep_mode=True)).leave_awake()  # logged, not raised
     link(None).leave_awake()  # never connected: nothing to wake, nothing waited for
+
+
+def test_with_several_processes_the_main_one_asks_without_a_collective(monkeypatch):
+    """The other ranks do not call sleep/wake together with the main one: a collective there
+    (``connect()``'s wait) would leave the main process waiting for them forever."""
+    from verifiers.training.lifecycle import processes
+
+    def collective(accelerator, obj):
+        raise AssertionError("a collective that the other processes never join")
+
+    monkeypatch.setattr(processes, "broadcast", collective)
+    client = Client(sleep_mode=True)
+    s = link(client, processes=2)
+    s.sleep()
+    s.wake()
+    assert client.calls == ["sleep", "wake"]

@@ -68,9 +68,12 @@ class ServerLink:
     # -- sleep mode (server_sleep_during_step): the KV cache goes back to the trainer during a step --
 
     def sleep(self) -> None:
-        """Free the server's KV cache for this step's training (main process asks; the others go on)."""
+        """Free the server's KV cache for this step's training (main process asks; the others go on).
+
+        Through the client ``connect`` made at the start of training, not ``connect()`` itself:
+        that is a collective wait, which the main process alone would enter and never leave."""
         if self.args.server_sleep_during_step and self.accelerator.is_main_process:
-            self.connect().sleep()
+            self.client.sleep()
 
     def wake(self) -> None:
         """Give back what the step used and bring the server's KV cache back, before a sync or generation."""
@@ -83,7 +86,7 @@ class ServerLink:
             # can only take the memory back once they are returned to the driver.
             torch.cuda.empty_cache()
         if self.accelerator.is_main_process:
-            self.connect().wake()
+            self.client.wake()
 
     def leave_awake(self) -> None:
         """At the end of ``train``: a server left asleep (a run that ended inside a generation batch,
