@@ -192,13 +192,10 @@ def model_shape(model: str) -> ModelShape:
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     given = text.to_dict()  # not getattr: transformers warns on reading torch_dtype
     dtype = str(given.get("dtype") or given.get("torch_dtype") or "")
-    from verifiers.training.loss.chunked_head import _LOGIT_TRANSFORMS, PLAIN_HEAD_MODEL_TYPES
+    from verifiers.training.loss.chunked_head import plain_head_config
 
-    chunked = getattr(text, "model_type", None) in PLAIN_HEAD_MODEL_TYPES and not any(
-        getattr(text, name, None) for name in _LOGIT_TRANSFORMS
-    )
     return ModelShape(
-        chunked_head=chunked,
+        chunked_head=plain_head_config(config),
         params=params,
         layers=text.num_hidden_layers,
         hidden=text.hidden_size,

@@ -72,15 +72,21 @@ def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
     return get_base() if callable(get_base) else model
 
 
+def plain_head_config(config: Any) -> bool:
+    """Whether a model with this (transformers) config ends in a plain ``lm_head(hidden)``: the
+    families above, with no logit transform set to anything but a neutral 1. The trainer scores
+    such a model a chunk at a time; vf-rl's memory plan (cli/rl/shared_gpu.py) counts it so."""
+    if config is None or getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
+        return False
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return all(getattr(text, name, None) in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS)
+
+
 def output_head(model: torch.nn.Module) -> torch.nn.Module | None:
     """The module the model's forward projects hidden states to logits with, or ``None`` where
     its forward is not known to be a plain projection (then callers use the full logits)."""
     lm = causal_lm(model)
-    config = getattr(lm, "config", None)
-    if config is None or getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
-        return None
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if any(getattr(text, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+    if not plain_head_config(getattr(lm, "config", None)):
         return None
     get_head = getattr(lm, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
