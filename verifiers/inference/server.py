@@ -129,6 +129,11 @@ def _gpu_transports(vllm_config: Any) -> list[str]:
     return [backend] if backend in GPU_TRANSPORTS else []
 
 
+def _sleep_mode(vllm_config: Any) -> bool:
+    """Whether the server runs with ``--enable-sleep-mode`` (``/vf/sleep`` can free its KV cache)."""
+    return bool(getattr(getattr(vllm_config, "model_config", None), "enable_sleep_mode", False))
+
+
 def _dtype_name(dtype: Any) -> str | None:
     """``torch.bfloat16`` -> ``"bfloat16"``; None when the engine does not say."""
     return None if dtype is None else str(dtype).removeprefix("torch.")
@@ -220,7 +225,7 @@ def build_router() -> APIRouter:
             "update_in_progress": st.update is not None,
             "paused": bool(await st.engine.is_paused()),
             # vLLM's sleep mode (--enable-sleep-mode): the trainer may free the KV cache during its step.
-            "sleep_mode": bool(getattr(getattr(cfg, "model_config", None), "enable_sleep_mode", False)),
+            "sleep_mode": _sleep_mode(cfg),
             "sleeping": st.sleeping,
             "admin_token_required": bool(st.settings.admin_token) or not st.settings.loopback,
             "tool_template": st.settings.tool_template,
@@ -594,7 +599,7 @@ def build_router() -> APIRouter:
         """Free the KV cache (vLLM sleep level 1: the weights go to host memory, the cache is
         dropped) while a trainer on the same GPU runs its step; generation must be idle."""
         st = _state(request)
-        if not getattr(st.engine.vllm_config.model_config, "enable_sleep_mode", False):
+        if not _sleep_mode(st.engine.vllm_config):
             raise RouteError(400, "sleep", "this server was started without --enable-sleep-mode")
         async with st.lock:
             if st.update is not None:
