@@ -5,7 +5,10 @@ attribute, and a callable's signature is compatible: every parameter the release
 name is accepted here (by that name, or by ``**kwargs``), and every parameter required here is
 required there. Methods and attributes of the env/parser/rubric classes are checked the same
 way on our class (attributes: on the class, or assigned as ``self.<name>`` in one of its
-methods). ``problems`` returns one line per name that is not fine.
+methods). A method that takes several releases' forms (``verifiers.compat.forms``) is fine when
+one of its forms is. A name listed in ``verifiers.compat.refused`` (module, name or member) is
+fine too: it is refused in one line when used. ``problems`` returns one line per name that is
+not fine.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import inspect
 import textwrap
 from typing import Any
 
-from verifiers.compat.refused import REFUSED_NAMES
+from verifiers.compat.forms import forms_of
+from verifiers.compat.refused import member_refusal, name_refusal
+from verifiers.envs.refused import RefusedEnv
 
 _NAMED = ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")
 
@@ -91,7 +96,18 @@ def _self_attributes(cls: type) -> frozenset[str]:
     return frozenset(found)
 
 
+def compatible(theirs: dict | None, ours: Any, *, method: bool = False) -> str | None:
+    """``signature_problem`` against ours and each other form it takes (``compat.forms``): None
+    when any one of them takes the release's calls."""
+    first = signature_problem(theirs, ours, method=method)
+    if first is None or any(signature_problem(theirs, f, method=method) is None for f in forms_of(ours)):
+        return None
+    return first
+
+
 def member_problem(cls: type, name: str, entry: dict) -> str | None:
+    if member_refusal(cls, name) is not None:
+        return None
     if entry["kind"] == "attribute":
         if hasattr(cls, name) or name in _self_attributes(cls):
             return None
@@ -103,7 +119,7 @@ def member_problem(cls: type, name: str, entry: dict) -> str | None:
         value = value.__func__
     if not callable(value):
         return "not a method here"
-    return signature_problem(entry.get("sig"), value, method=True)
+    return compatible(entry.get("sig"), value, method=True)
 
 
 def problems(module: str, names: dict[str, dict]) -> tuple[int, list[str]]:
@@ -115,7 +131,7 @@ def problems(module: str, names: dict[str, dict]) -> tuple[int, list[str]]:
         mod, import_error = None, f"{type(e).__name__}: {e}"
     for name, entry in names.items():
         checked += 1
-        if (module, name) in REFUSED_NAMES or (module, "*") in REFUSED_NAMES:
+        if name_refusal(module, name) is not None:
             continue
         if mod is None:
             out.append(f"{module}.{name}: module does not import ({import_error[:120]})")
@@ -131,14 +147,15 @@ def problems(module: str, names: dict[str, dict]) -> tuple[int, list[str]]:
             if type(e).__name__ == "MissingExtraError":
                 continue
             raise
+        if inspect.isclass(ours) and issubclass(ours, RefusedEnv):
+            checked += len(entry.get("members") or {})
+            continue  # refused when constructed (verifiers.envs.refused): its members are never reached
         if entry["kind"] in ("class", "function"):
-            bad = signature_problem(entry.get("sig"), ours)
+            bad = compatible(entry.get("sig"), ours)
             if bad:
                 out.append(f"{module}.{name}: {bad}")
         for member, m_entry in (entry.get("members") or {}).items():
             checked += 1
-            if (module, f"{name}.{member}") in REFUSED_NAMES:
-                continue
             if not inspect.isclass(ours):
                 out.append(f"{module}.{name}.{member}: {name} is not a class here")
                 continue

@@ -16,7 +16,12 @@ import sys
 from types import CodeType, ModuleType
 from typing import Any
 
-from verifiers.compat.paths import MOVED, NEEDS_EXTRA, OLD_PATHS, PACKAGES, REEXPORTED
+from verifiers.compat.paths import MOVED, NEEDS_EXTRA, OLD_PATHS, REEXPORTED
+from verifiers.compat.refused import REFUSED_MODULES, refusing_getattr
+
+# Refused modules are served too (a module whose every name is refused), unless the path moved.
+_SERVED: frozenset[str] = OLD_PATHS | frozenset(REFUSED_MODULES)
+_PACKAGES: frozenset[str] = frozenset(p for p in _SERVED if any(q.startswith(p + ".") for q in _SERVED))
 
 
 def _import(module: str, feature: str, extra: str | None) -> ModuleType:
@@ -33,6 +38,15 @@ def _resolve(old: str, name: str) -> Any:
     # "verifiers": one of the lazy top-level names; it raises MissingExtraError itself.
     extra = None if source == "verifiers" else NEEDS_EXTRA.get(old)
     return getattr(_import(source, f"{old}.{name}", extra), name)
+
+
+def _refused_module(old: str) -> ModuleType:
+    module = ModuleType(
+        old, f"Old module path ``{old}``: not part of verifiers 0.2 ({REFUSED_MODULES[old]})."
+    )
+    module.__getattr__ = refusing_getattr(old)
+    module.__all__ = []
+    return module
 
 
 def _reexporting_module(old: str) -> ModuleType:
@@ -61,6 +75,8 @@ class OldPathLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         if spec.name in REEXPORTED:
             return _reexporting_module(spec.name)
+        if spec.name in REFUSED_MODULES and spec.name not in MOVED:
+            return _refused_module(spec.name)
         return None  # a placeholder; exec_module puts the real module in its place
 
     def exec_module(self, module: ModuleType) -> None:
@@ -70,7 +86,7 @@ class OldPathLoader(importlib.abc.Loader):
             # The import system returns whatever sys.modules holds once this returns:
             # the moved module itself, not a copy.
             sys.modules[old] = _import(MOVED[old], old, extra)
-        elif extra is not None:
+        elif extra is not None and old in REEXPORTED:
             for name in REEXPORTED[old]:  # imported the training stack at import, as before
                 getattr(module, name)
 
@@ -84,16 +100,17 @@ class OldPathLoader(importlib.abc.Loader):
 
 
 class OldPathFinder(importlib.abc.MetaPathFinder):
-    """Finds the old module paths of ``verifiers.compat.paths`` (and nothing else)."""
+    """Finds the old module paths of ``verifiers.compat.paths`` and the refused modules of
+    ``verifiers.compat.refused`` (and nothing else)."""
 
     loader = OldPathLoader()
 
     def find_spec(
         self, fullname: str, path: Any = None, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in OLD_PATHS:
+        if fullname not in _SERVED:
             return None
-        spec = importlib.machinery.ModuleSpec(fullname, self.loader, is_package=fullname in PACKAGES)
+        spec = importlib.machinery.ModuleSpec(fullname, self.loader, is_package=fullname in _PACKAGES)
         if fullname in MOVED:
             # The moved module's file, so that ``python -m <old path>`` runs with its ``__file__``.
             moved = importlib.util.find_spec(MOVED[fullname])

@@ -106,4 +106,3 @@ NEEDS_EXTRA: dict[str, str] = {
 }
 
 OLD_PATHS: frozenset[str] = frozenset(MOVED) | frozenset(REEXPORTED)
-PACKAGES: frozenset[str] = frozenset(p for p in OLD_PATHS if any(q.startswith(p + ".") for q in OLD_PATHS))

@@ -231,6 +231,13 @@ class _ToolDefsView(list):
 class Environment(ABC):
     """Base class of every environment (see the 0.1.x API in the docs)."""
 
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when the normal lookup fails: a 0.1.x member that is not offered here is
+        # refused in one line saying why (verifiers.compat.refused.REFUSED_MEMBERS).
+        from verifiers.compat.refused import refuse_member
+
+        refuse_member(self, name)
+
     def __init__(
         self,
         dataset: Any = None,

@@ -137,6 +137,13 @@ class Rubric:
     called once per group of rollouts of one example with aligned lists, plus the rubric's
     objects (``parser``, ...), and returns one score per rollout."""
 
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when the normal lookup fails: a 0.1.x member that is not offered here is
+        # refused in one line saying why (verifiers.compat.refused.REFUSED_MEMBERS).
+        from verifiers.compat.refused import refuse_member
+
+        refuse_member(self, name)
+
     def __init__(
         self,
         funcs: Sequence[RewardFunc] | None = None,
