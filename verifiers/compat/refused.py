@@ -32,7 +32,11 @@ from verifiers.errors import VerifiersError
 _OWN_TOOL = "write it as your own tool function (any Python function with a docstring works with vf.ToolEnv)"
 
 REFUSED_MODULES: dict[str, str] = {
-    # -- hosted services and upstream's tooling (one entry a module) ---------------------------
+    # -- verifiers.utils.* -----------------------------------------------------------------------
+
+    # -- verifiers.envs.experimental.* -----------------------------------------------------------
+
+    # -- other ------------------------------------------------------------------------------------
 }
 
 REFUSED_NAMES: dict[tuple[str, str], str] = {
