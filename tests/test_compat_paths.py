@@ -96,6 +96,10 @@ LIGHT_PATHS: dict[str, list[str]] = {
     ],
     "verifiers.utils.async_utils": ["maybe_await"],
     "verifiers.utils.logging_utils": ["setup_logging", "print_prompt_completions_sample"],
+    # 0.1.x utils (issue 41)
+    "verifiers.utils.env_utils": ["load_environment"],
+    "verifiers.utils.config_utils": ["ensure_keys", "MissingKeyError"],
+    "verifiers.utils.decorators": ["stop", "cleanup", "teardown"],
     "verifiers.inference.vllm_client": ["VLLMClient"],
     "verifiers.trainers": ["GRPOTrainer", "GRPOConfig", "grpo_defaults", "lora_defaults"],
 }

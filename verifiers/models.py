@@ -327,29 +327,34 @@ def _split_gguf(name: str) -> tuple[str, dict[str, Any]]:
     return name, {}
 
 
-def get_tokenizer(name: str | os.PathLike) -> Any:
+def get_tokenizer(model_name: str | os.PathLike) -> Any:
     """Load a tokenizer; it must have a chat template (``ConfigError`` otherwise).
 
     A missing pad token is set to the EOS token.
     """
     from transformers import AutoTokenizer
 
-    path, extra = _split_gguf(resolve_model_name(name))
+    path, extra = _split_gguf(resolve_model_name(model_name))
     try:
         tok = AutoTokenizer.from_pretrained(path, **extra)
     except OSError as e:
         raise ConfigError(
-            f"cannot load a tokenizer for {os.fspath(name)!r}: {str(e).splitlines()[0]}",
+            f"cannot load a tokenizer for {os.fspath(model_name)!r}: {str(e).splitlines()[0]}",
             hint="pass a local model folder or a hub id (offline: a folder), or 'smollm2'",
         ) from e
     if not getattr(tok, "chat_template", None):
         raise ConfigError(
-            f"tokenizer of {os.fspath(name)!r} has no chat template",
+            f"tokenizer of {os.fspath(model_name)!r} has no chat template",
             hint="use an instruct/chat model, or set tokenizer.chat_template before training",
         )
     if tok.pad_token is None and tok.eos_token is not None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def is_liger_available() -> bool:
+    """Whether ``liger-kernel`` is installed (``get_model`` uses it on a GPU when ``use_liger``)."""
+    return importlib.util.find_spec("liger_kernel") is not None
 
 
 def _on_gpu() -> bool:
@@ -382,7 +387,7 @@ def _model_kwargs(model_kwargs: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def get_model(
-    name: str | os.PathLike, use_liger: bool = True, model_kwargs: dict[str, Any] | None = None
+    model_name: str | os.PathLike, use_liger: bool = True, model_kwargs: dict[str, Any] | None = None
 ) -> Any:
     """Load a causal LM for training.
 
@@ -394,11 +399,11 @@ def get_model(
     """
     from transformers import AutoModelForCausalLM
 
-    path, extra = _split_gguf(resolve_model_name(name))
+    path, extra = _split_gguf(resolve_model_name(model_name))
     kw = {**_model_kwargs(model_kwargs), **extra}
     loader: Any = AutoModelForCausalLM
     if use_liger and _on_gpu():
-        if importlib.util.find_spec("liger_kernel") is not None:
+        if is_liger_available():
             from liger_kernel.transformers import AutoLigerKernelForCausalLM
 
             loader = AutoLigerKernelForCausalLM
@@ -408,7 +413,7 @@ def get_model(
         return loader.from_pretrained(path, **kw)
     except OSError as e:
         raise ConfigError(
-            f"cannot load model {os.fspath(name)!r}: {str(e).splitlines()[0]}",
+            f"cannot load model {os.fspath(model_name)!r}: {str(e).splitlines()[0]}",
             hint="pass a local model folder or a hub id (offline: a folder), or 'smollm2'",
         ) from e
 

@@ -17,7 +17,7 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from verifiers.compat.paths import MOVED, NEEDS_EXTRA, OLD_PATHS, REEXPORTED
-from verifiers.compat.refused import REFUSED_MODULES, refusing_getattr
+from verifiers.compat.refused import REFUSED_MODULES, refuse, refusing_getattr
 
 # Refused modules are served too (a module whose every name is refused), unless the path moved.
 _SERVED: frozenset[str] = OLD_PATHS | frozenset(REFUSED_MODULES)
@@ -55,7 +55,7 @@ def _reexporting_module(old: str) -> ModuleType:
 
     def __getattr__(name: str) -> Any:
         if name not in names:
-            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+            refuse(old, name)  # a refused name of the old module, else AttributeError
         value = _resolve(old, name)
         setattr(module, name, value)
         return value

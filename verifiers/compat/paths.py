@@ -43,6 +43,9 @@ MOVED: dict[str, str] = {
     "verifiers.utils.data_utils": "verifiers.utils.data",
     "verifiers.utils.model_utils": "verifiers.models",
     "verifiers.inference.vllm_client": "verifiers.inference.client",
+    # 0.1.x utils
+    "verifiers.utils.config_utils": "verifiers.utils.ensure",
+    "verifiers.utils.decorators": "verifiers.envs.decorators",
     # 0.1.10+ (issue 25): upstream's experimental environments
     "verifiers.envs.experimental.gym_env": "verifiers.envs.gym",
     "verifiers.envs.experimental.mcp_env": "verifiers.envs.refused",
@@ -62,7 +65,24 @@ REEXPORTED: dict[str, dict[str, str]] = {
     "verifiers.utils.logging_utils": {
         "setup_logging": "verifiers.utils.logging",
         "print_prompt_completions_sample": "verifiers.utils.display",
+        # 0.1.x utils
+        **dict.fromkeys(
+            (
+                "LOGGER_NAME",
+                "JsonFormatter",
+                "log_level",
+                "quiet_verifiers",
+                "log_once",
+                "warning_once",
+                "print_time",
+                "print_size",
+                "truncate",
+            ),
+            "verifiers.utils.logging",
+        ),
     },
+    # 0.1.x utils (its typed-config helpers of 0.1.14 are refused, verifiers.compat.refused)
+    "verifiers.utils.env_utils": {"load_environment": "verifiers.utils.env_loader"},
     "verifiers.trainers": dict.fromkeys(
         ("GRPOConfig", "GRPOTrainer", "grpo_defaults", "lora_defaults"), "verifiers"
     ),

@@ -29,10 +29,59 @@ from typing import Any, NoReturn
 
 from verifiers.errors import VerifiersError
 
+_EVALUATE = "evaluate with env.evaluate(client, model) or the vf-eval command, whose results hold the outputs and metrics"
+_HOSTED = "a hosted Prime service, not part of this library"
+_IN_PROCESS = "environments run in-process here"
+_INSTALL = "install an environment's package with pip (vf-install does it for a local folder)"
+_TOKENS = "here token ids and logprobs are read by verifiers.envs.model_client.extract_turn_tokens"
 _OWN_TOOL = "write it as your own tool function (any Python function with a docstring works with vf.ToolEnv)"
 
 REFUSED_MODULES: dict[str, str] = {
     # -- verifiers.utils.* -----------------------------------------------------------------------
+    # 0.1.x utils: upstream's vf-eval command, hosted services and its own machinery.
+    "verifiers.utils.eval_utils": f"internals of upstream's vf-eval command (endpoints, TOML configs, TUI, printing and saving results); {_EVALUATE}",
+    "verifiers.utils.eval_display": f"upstream's vf-eval terminal display; {_EVALUATE}",
+    "verifiers.utils.display_utils": f"upstream's vf-eval terminal display helpers; {_EVALUATE}",
+    "verifiers.utils.env_config_utils": f"upstream's typed environment-config tables of its CLI (0.1.14); {_EVALUATE}",
+    "verifiers.utils.report_utils": f"upstream's HTML evaluation reports; {_EVALUATE}",
+    "verifiers.utils.save_utils": f"upstream's saving of evaluation outputs to its results folders and the Hub; {_EVALUATE}",
+    "verifiers.utils.path_utils": f"upstream's evaluation-results folder layout; {_EVALUATE}",
+    "verifiers.utils.metric_utils": (
+        "upstream's evaluation metric accumulators; pass@k is verifiers.envs.results.pass_at_k_summary "
+        "and evaluate() results carry the metrics"
+    ),
+    "verifiers.utils.usage_utils": "upstream's token-usage tracking in its rollout state; read usage from the model responses",
+    "verifiers.utils.version_utils": (
+        "upstream's version and git-commit stamps on saved results; use importlib.metadata.version(...)"
+    ),
+    "verifiers.utils.client_utils": (
+        "upstream's client setup from its endpoint and Prime config files; pass an openai.AsyncOpenAI("
+        "base_url=..., api_key=...) to env.evaluate / env.generate"
+    ),
+    "verifiers.utils.install_utils": f"installs from the Prime Environments Hub; {_INSTALL}",
+    "verifiers.utils.import_utils": "upstream's TOML reader for its CLI configs; use tomllib.load(file)",
+    "verifiers.utils.tunnel_utils": f"Cloudflare tunnels to hosted sandboxes; {_HOSTED}",
+    "verifiers.utils.threaded_sandbox_client": f"the Prime sandbox client; {_HOSTED}",
+    "verifiers.utils.interception_utils": (
+        "the HTTP interception server of upstream's CLI-agent environments, which are not here (verifiers.envs.refused)"
+    ),
+    "verifiers.utils.worker_utils": f"upstream's environment-server workers over ZMQ; {_IN_PROCESS}",
+    "verifiers.utils.serve_utils": f"upstream's environment servers over ZMQ; {_IN_PROCESS}",
+    "verifiers.utils.process_utils": f"upstream's environment-server worker processes; {_IN_PROCESS}",
+    "verifiers.utils.heartbeat": f"upstream's heartbeat to its hosted platform; {_HOSTED}",
+    "verifiers.utils.thread_utils": (
+        "upstream's thread-local event loops and executor scaling; sync hooks run through "
+        "verifiers.utils.async_utils (call_maybe_async, run_sync)"
+    ),
+    "verifiers.utils.error_utils": (
+        "upstream's vf.Error chains; errors here are verifiers.errors.VerifiersError subclasses "
+        "(follow __cause__ for the chain)"
+    ),
+    "verifiers.utils.processing_utils": f"upstream's vLLM token/logprob parsing (0.1.6-0.1.7); {_TOKENS}",
+    "verifiers.utils.token_utils": f"upstream's token-prompt requests to vLLM (0.1.9-0.1.10); {_TOKENS}",
+    "verifiers.utils.rlm_data_serialization_utils": (
+        "data serialization into the sandbox of upstream's RLMEnv (0.1.9), which is not here"
+    ),
 
     # -- verifiers.envs.experimental.* -----------------------------------------------------------
 
@@ -51,6 +100,37 @@ REFUSED_NAMES: dict[tuple[str, str], str] = {
     ),
     # -- verifiers and verifiers.types -------------------------------------------------------
     # -- verifiers.utils.* ---------------------------------------------------------------------
+    ("verifiers.utils.async_utils", "maybe_retry"): (
+        "retried a rollout on upstream's vf.InfraError / InvalidModelResponseError in its state; "
+        "failed requests here are retried by the client (openai's max_retries)"
+    ),
+    ("verifiers.utils.message_utils", "get_overlong_prompt_dummy_response"): (
+        "upstream's stand-in response for a prompt over the context; here that rollout ends with "
+        "verifiers.errors.PromptTooLongError recorded in its state"
+    ),
+    **dict.fromkeys(
+        [
+            ("verifiers.utils.message_utils", name)
+            for name in ("from_raw_content_part", "normalize_messages", "maybe_normalize_messages")
+        ],
+        "converted messages to upstream's pydantic message classes (0.1.11+); messages here are "
+        "dicts, verifiers.types.as_message gives the typed dict of a message's role",
+    ),
+    **dict.fromkeys(
+        [
+            ("verifiers.utils.message_utils", name)
+            for name in ("serialize_message_for_output", "serialize_messages_for_output")
+        ],
+        f"upstream's format of saved evaluation outputs; {_EVALUATE}",
+    ),
+    **dict.fromkeys(
+        [
+            ("verifiers.utils.env_utils", name)
+            for name in ("coerce_typed_env_config", "env_config_annotation", "env_config_type")
+        ],
+        "upstream's typed EnvConfig arguments of load_environment (0.1.14); pass plain keyword "
+        "arguments to vf.load_environment",
+    ),
     # -- verifiers.envs.* (module-level names) -------------------------------------------------
 }
 
@@ -76,7 +156,7 @@ def name_refusal(module: str, name: str) -> str | None:
 
 def refuse(module: str, name: str) -> NoReturn:
     """Raise the one-line error for a refused name (``AttributeError`` for a name never public)."""
-    reason = name_refusal(module, name)
+    reason = None if name.startswith("__") else name_refusal(module, name)
     if reason is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     raise RefusedNameError(f"{module}.{name} is not part of verifiers 0.2: {reason}")

@@ -10,13 +10,21 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import dataclasses
 import functools
 import inspect
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
+from verifiers.compat.refused import refusing_getattr
+
 T = TypeVar("T")
+
+# 0.1.x names refused with a reason (verifiers.compat.refused): maybe_retry.
+__getattr__ = refusing_getattr(__name__)
 
 
 async def resolve(value: T | Awaitable[T]) -> T:
@@ -39,6 +47,152 @@ async def maybe_await(value: T | Awaitable[T] | Callable[..., Any], *args: Any, 
     elif args or kwargs:
         raise TypeError(f"maybe_await got arguments for {type(value).__name__!r}, which is not callable")
     return await resolve(value)
+
+
+async def _maybe_await_func(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """0.1.x's form of :func:`maybe_await`: call ``func(*args, **kwargs)``, await its result if needed."""
+    return await maybe_await(func, *args, **kwargs)
+
+
+# verifiers.compat.forms.forms_of reads it: the release walk accepts 0.1.x's (func, ...) signature too.
+maybe_await.__vf_forms__ = (_maybe_await_func,)  # type: ignore[attr-defined]
+
+
+async def maybe_call_with_named_args(func: Callable[..., Any], **objects: Any) -> Any:
+    """Call ``func`` with those of ``objects`` its signature names (all of them if it takes
+    ``**kwargs``), awaiting the result if needed (0.1.14)."""
+    params = inspect.signature(func).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        objects = {k: v for k, v in objects.items() if k in params}
+    return await maybe_await(func, **objects)
+
+
+async def with_sem(sem: AbstractAsyncContextManager[Any], coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` inside ``async with sem`` (0.1.10+); a ``coro`` never started (cancelled
+    while waiting for ``sem``) is closed, so it does not warn that it was never awaited."""
+    try:
+        async with sem:
+            return await coro
+    finally:
+        coro.close()
+
+
+class NullContext:
+    """A ``with`` block that does nothing (0.1.12+)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+class NullAsyncContext:
+    """An ``async with`` block that does nothing: the semaphore of no limit (0.1.6+)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        return False
+
+
+async def maybe_semaphore(limit: int | None = None) -> AbstractAsyncContextManager[Any]:
+    """``asyncio.Semaphore(limit)`` for a positive ``limit``, else a :class:`NullAsyncContext` (0.1.6+)."""
+    if limit and limit > 0:
+        return asyncio.Semaphore(limit)
+    return NullAsyncContext()
+
+
+class EventLoopLagMonitor:
+    """Measures how late the event loop wakes up (0.1.9+): :meth:`run` (or
+    :meth:`run_in_background`) sleeps ``measure_interval`` seconds at a time and keeps the
+    last ``max_measurements`` delays beyond it in ``lags`` (seconds). ``logger`` (0.1.9-0.1.11)
+    gets one info line when it is made."""
+
+    def __init__(
+        self, measure_interval: float = 0.1, max_measurements: int = 1000, logger: Any | None = None
+    ):
+        if measure_interval <= 0 or max_measurements <= 0:
+            raise ValueError("measure_interval and max_measurements must be positive")
+        import logging
+        from collections import deque
+
+        self.measure_interval = measure_interval
+        self.max_measurements = max_measurements
+        self.logger = logger or logging.getLogger(f"{__name__}.{type(self).__name__}")
+        self.lags: deque[float] = deque(maxlen=max_measurements)
+        self.logger.info(
+            "event loop lag monitor: every %ss, last %d measurements", measure_interval, max_measurements
+        )
+
+    async def measure_lag(self) -> float:
+        """One measurement: how much later than ``measure_interval`` a sleep of it returned."""
+        due = time.perf_counter() + self.measure_interval
+        await asyncio.sleep(self.measure_interval)
+        return time.perf_counter() - due
+
+    def get_lags(self) -> list[float]:
+        """The measured lags, oldest first."""
+        return list(self.lags)
+
+    def reset_lags(self) -> None:
+        """Forget the measured lags."""
+        self.lags.clear()
+
+    async def run(self) -> None:
+        """Measure forever (cancel the task to stop)."""
+        while True:
+            self.lags.append(await self.measure_lag())
+
+    def run_in_background(self) -> asyncio.Task[None]:
+        """:meth:`run` as a task of the running loop."""
+        return asyncio.create_task(self.run())
+
+
+@dataclasses.dataclass
+class EventLoopLagStats:
+    """Summary of an :class:`EventLoopLagMonitor`'s lags in seconds (0.1.12+)."""
+
+    min: float = 0.0
+    mean: float = 0.0
+    median: float = 0.0
+    p90: float = 0.0
+    p99: float = 0.0
+    max: float = 0.0
+    n: int = 0
+
+    def __str__(self) -> str:
+        from verifiers.utils.logging import print_time
+
+        if self.n == 0:
+            return "no samples"
+        times = " ".join(
+            f"{k}={print_time(getattr(self, k))}" for k in ("min", "mean", "median", "p90", "p99", "max")
+        )
+        return f"{times} (n={self.n})"
+
+    @classmethod
+    def from_monitor(cls, monitor: EventLoopLagMonitor) -> EventLoopLagStats:
+        lags = sorted(monitor.lags)
+        if not lags:
+            return cls()
+
+        def percentile(q: float) -> float:  # linear interpolation, as numpy's default
+            pos = (len(lags) - 1) * q / 100
+            low = int(pos)
+            high = min(low + 1, len(lags) - 1)
+            return lags[low] + (lags[high] - lags[low]) * (pos - low)
+
+        return cls(
+            min=lags[0],
+            mean=sum(lags) / len(lags),
+            median=percentile(50),
+            p90=percentile(90),
+            p99=percentile(99),
+            max=lags[-1],
+            n=len(lags),
+        )
 
 
 def is_async_callable(fn: Any) -> bool:

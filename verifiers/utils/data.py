@@ -36,18 +36,19 @@ THINK_BOXED_SYSTEM_PROMPT = (
 """System prompt asking for reasoning in ``<think>`` tags, then a ``\\boxed{}`` answer (0.1.4's wording)."""
 
 
-def extract_boxed_answer(text: str) -> str:
+def extract_boxed_answer(text: str, strict: bool = False) -> str:
     """Return the content of the last ``\\boxed{...}`` in ``text`` (nested braces allowed).
 
-    ``text`` is returned unchanged if it has no ``\\boxed{`` or its last one
-    never closes (a truncated completion), as in 0.1.4 (so a bare final answer
-    still compares equal).
+    If it has no ``\\boxed{`` or its last one never closes (a truncated
+    completion), ``text`` is returned unchanged, as in 0.1.4 (so a bare final
+    answer still compares equal); with ``strict=True`` (0.1.12+), ``""`` instead,
+    for rewards where the format counts.
     """
     start = text.rfind(_BOXED)
-    if start == -1:
-        return text
-    content = _balanced(text, start + len(_BOXED))
-    return text if content is None else content
+    content = None if start == -1 else _balanced(text, start + len(_BOXED))
+    if content is None:
+        return "" if strict else text
+    return content
 
 
 def _balanced(text: str, begin: int) -> str | None:
@@ -189,12 +190,12 @@ BUNDLED_DATASETS: dict[str, str] = {"reverse_text": "verifiers.data.reverse_text
 
 
 def load_example_dataset(
-    name: str, split: str | None = None, n: int | None = None, seed: int | None = 0
+    name: str = "gsm8k", split: str | None = None, n: int | None = None, seed: int | None = 0
 ) -> Dataset:
     """Load an example dataset as a ``datasets.Dataset`` with ``question`` and ``answer`` columns.
 
     Args:
-        name: one of 0.1.4's hub datasets (``aime2024``, ``aime2025``,
+        name: (default ``gsm8k``, as 0.1.x) one of 0.1.4's hub datasets (``aime2024``, ``aime2025``,
             ``amc2023``, ``gpqa_diamond``, ``gpqa_main``, ``gsm8k``, ``math``,
             ``math500``, ``mmlu``, ``mmlu_pro``, ``openbookqa``, ``openrs``,
             ``openrs_easy``, ``openrs_hard``, ``prime_code``; they need the hub or
@@ -222,6 +223,65 @@ def load_example_dataset(
         f"unknown example dataset '{name}'",
         hint=f"use one of: {', '.join(BUNDLED_DATASETS)} (offline), {', '.join(HUB_DATASETS)} (hub)",
     )
+
+
+def get_preprocess_fn(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The function that turns one raw row of hub dataset ``name`` into its ``question`` /
+    ``answer`` row (what :func:`load_example_dataset` maps over it; 0.1.x).
+
+    As 0.1.x's, ``mmlu``'s writes its answer letter to ``temp_answer`` (which
+    ``load_example_dataset`` renamed to ``answer`` once the raw integer ``answer`` column
+    was gone), and the ``openrs_easy`` / ``openrs_hard`` level filters are not part of it.
+    """
+    key = name.strip().lower().replace("-", "_")
+    if key not in HUB_DATASETS:
+        raise ConfigError(
+            f"dataset '{name}' has no preprocess function", hint=f"use one of: {', '.join(HUB_DATASETS)}"
+        )
+    to_row = HUB_DATASETS[key].to_row
+    if key != "mmlu":
+        return to_row
+
+    def preprocess_mmlu(x: dict[str, Any]) -> dict[str, Any]:
+        row = to_row(x)
+        return {"question": row["question"], "temp_answer": row["answer"]}
+
+    return preprocess_mmlu
+
+
+def format_dataset(
+    dataset: Dataset,
+    system_prompt: str | None = None,
+    few_shot: list[dict[str, Any]] | None = None,
+    question_key: str = "question",
+    answer_key: str = "answer",
+    map_kwargs: dict[str, Any] | None = None,
+) -> Dataset:
+    """``dataset`` with an ``example_id`` and a ``prompt`` column when it has none (0.1.8+).
+
+    ``example_id`` numbers the rows (an ``example_id`` column that is not integers is
+    renamed ``src_id`` first). ``prompt`` is ``[system?] + few_shot + [user: question]``
+    from the ``question_key`` column, and with ``answer_key`` other than ``"answer"`` that
+    column is copied to ``answer`` too. ``map_kwargs`` go to ``dataset.map``. An
+    environment formats its own dataset (``Environment.format_dataset``); this is the
+    standalone 0.1.x helper.
+    """
+    if "example_id" in dataset.column_names and not isinstance(dataset["example_id"][0], int):
+        dataset = dataset.rename_column("example_id", "src_id")
+    if "example_id" not in dataset.column_names:
+        dataset = dataset.add_column("example_id", list(range(len(dataset))))
+    if "prompt" in dataset.column_names:
+        return dataset
+    head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    head += list(few_shot or [])
+
+    def add_prompt(x: dict[str, Any]) -> dict[str, Any]:
+        row = {"prompt": [*head, {"role": "user", "content": x[question_key]}]}
+        if answer_key != "answer":
+            row["answer"] = x[answer_key]
+        return row
+
+    return dataset.map(add_prompt, **(map_kwargs or {}))
 
 
 def _load_bundled(key: str, split: str) -> Dataset:

@@ -8,6 +8,7 @@ functions so that ``import verifiers`` does not pay for it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,36 @@ def _console(console: Console | None) -> Console:
     return console if console is not None else Console()
 
 
+def _errors_first(*args: Any, **kwargs: Any) -> bool:
+    """Whether a call is in 0.1.9+'s order, ``(prompts, completions, errors, rewards, step, ...)``:
+    rewards given by name after three positionals, or a fourth positional that is the rewards
+    (a sequence) rather than ``step``."""
+    return len(args) >= 3 and ("rewards" in kwargs or (len(args) >= 4 and hasattr(args[3], "__len__")))
+
+
+def _print_with_errors_first(
+    prompts: Sequence[Messages],
+    completions: Sequence[Messages],
+    errors: Sequence[Any],
+    rewards: Sequence[float],
+    step: int,
+    num_samples: int = 1,
+) -> None:
+    """0.1.9+'s form of :func:`print_prompt_completions_sample`: ``errors`` comes third."""
+    print_prompt_completions_sample(prompts, completions, rewards, step, num_samples, errors=errors)
+
+
+def _takes_errors_first(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def either(*args: Any, **kwargs: Any) -> None:
+        return (_print_with_errors_first if _errors_first(*args, **kwargs) else fn)(*args, **kwargs)
+
+    # verifiers.compat.forms.forms_of reads it: the release walk accepts 0.1.9+'s signature too.
+    either.__vf_forms__ = (_print_with_errors_first,)  # type: ignore[attr-defined]
+    return either
+
+
+@_takes_errors_first
 def print_prompt_completions_sample(
     prompts: Sequence[Messages],
     completions: Sequence[Messages],
@@ -95,12 +126,17 @@ def print_prompt_completions_sample(
     step: int,
     num_samples: int = 1,
     console: Console | None = None,
+    *,
+    errors: Sequence[Any] | None = None,
 ) -> None:
     """Print the first ``num_samples`` (prompt, completion, reward) rows as a table titled with ``step``.
 
     ``rewards`` is one reward per sample, or (as 0.1.x trainers passed it) a
     mapping of reward-function name to one value per sample; the latter is
-    shown as one ``name: value`` line per function.
+    shown as one ``name: value`` line per function. ``errors`` (one per sample,
+    None for none: an exception or a dict with its text) adds an ``error:`` line
+    under that completion. 0.1.9+'s positional order, ``(prompts, completions,
+    errors, rewards, step, num_samples)``, is taken too.
     """
     from rich.table import Table
     from rich.text import Text
@@ -114,12 +150,27 @@ def print_prompt_completions_sample(
     table.add_column("Reward", justify="right", min_width=reward_width)
     count = min(num_samples, len(prompts), len(completions))
     for i in range(count):
+        completion = Text(_clip(format_messages(completions[i])), style="bright_green")
+        error = errors[i] if errors is not None and i < len(errors) else None
+        if error is not None:
+            completion.append(f"\n\nerror: {_error_text(error)}", style="bold red")
         table.add_row(
             Text(_clip(format_messages(prompts[i], max_messages=2)), style="bright_yellow"),
-            Text(_clip(format_messages(completions[i])), style="bright_green"),
+            completion,
             Text(_reward_cell(rewards, i), style="bold cyan"),
         )
     _console(console).print(table)
+
+
+def _error_text(error: Any) -> str:
+    """One line for a sample's error: ``Type: message`` of an exception, or a dict's error text."""
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    if isinstance(error, Mapping):
+        for key in ("error_chain_repr", "error", "message"):
+            if error.get(key):
+                return str(error[key])
+    return str(error)
 
 
 def _reward_cell(rewards: Sequence[float] | Mapping[str, Sequence[float]], i: int) -> str:

@@ -9,6 +9,9 @@
 - ``sanitize_tool_calls``: assistant tool calls as JSON strings, so that
   messages can be stored in an Arrow table (``datasets``), whose columns
   cannot hold the nested objects.
+- later 0.1.x helpers: ``concat_messages``, ``strip_nones_from_content``,
+  ``from_raw_message`` (the typed message dict of a role, ``verifiers.types``)
+  and ``format_messages`` (rich text for display).
 
 Messages may be dicts or the openai client's pydantic objects (read through
 :func:`verifiers.parsers.parser.message_field`); a string (completion API)
@@ -21,16 +24,24 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from verifiers.compat.refused import refusing_getattr
 from verifiers.parsers.parser import message_field
 from verifiers.types import ChatMessage, Messages
 
 __all__ = [
     "cleanup_message",
     "cleanup_messages",
+    "concat_messages",
+    "format_messages",
+    "from_raw_message",
     "message_to_printable",
     "messages_to_printable",
     "sanitize_tool_calls",
+    "strip_nones_from_content",
 ]
+
+# 0.1.x names refused with a reason (verifiers.compat.refused), e.g. normalize_messages.
+__getattr__ = refusing_getattr(__name__)
 
 
 def _as_dict(obj: Any) -> Any:
@@ -143,3 +154,56 @@ def sanitize_tool_calls(messages: Messages) -> Messages:
             }
         )
     return out
+
+
+def concat_messages(messages_list: list[Messages]) -> Messages:
+    """The messages of each list in ``messages_list``, in order, as one list (0.1.8+)."""
+    return [m for messages in messages_list for m in messages]
+
+
+def strip_nones_from_content(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Messages whose content parts lose their ``None``-valued keys (0.1.9-0.1.10).
+
+    An Arrow table gives every part of a column every key any part had
+    (``image_url: None`` on a text part); only the messages with list content are copied.
+    """
+    out: list[ChatMessage] = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = [
+                {k: v for k, v in p.items() if v is not None} if isinstance(p, dict) else p for p in content
+            ]
+            m = {**m, "content": parts}
+        out.append(m)
+    return out
+
+
+def from_raw_message(message: dict) -> ChatMessage:
+    """``message`` as the message type of its role (0.1.11+): ``vf.SystemMessage``,
+    ``vf.UserMessage``, ``vf.AssistantMessage`` or ``vf.ToolMessage`` (dicts that also read
+    as attributes here); ``ConfigError`` for another role or a missing required key."""
+    from verifiers.errors import ConfigError
+    from verifiers.types import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+
+    by_role = {
+        "system": SystemMessage,
+        "user": UserMessage,
+        "assistant": AssistantMessage,
+        "tool": ToolMessage,
+    }
+    role = message.get("role")
+    if role not in by_role:
+        hint = "a completion-API prompt is a plain string here" if role == "text" else None
+        raise ConfigError(f"unknown message role {role!r}", hint=hint or f"use one of: {', '.join(by_role)}")
+    return by_role[role](message)
+
+
+def format_messages(messages: Messages | Any) -> Any:
+    """``messages`` as ``rich.text.Text`` for display (0.1.10+): a string as is, chat messages
+    as ``role: content`` blocks with their tool calls (``verifiers.utils.display``)."""
+    from rich.text import Text
+
+    from verifiers.utils.display import format_messages as plain
+
+    return Text(plain(messages))

@@ -323,6 +323,18 @@ def convert_func_to_tool_def(func: Callable[..., Any]) -> Any:
                 parameters=function["parameters"])  # fmt: skip
 
 
+VALID_TOOL_CONTENT_PART_TYPES = frozenset({"text", "image_url"})
+"""The content-part types 0.1.10+ accepted as a tool's result given as a list of parts."""
+
+
+def is_valid_tool_content_parts(value: Any) -> bool:
+    """Whether ``value`` is a list of content-part dicts, each of a type in
+    :data:`VALID_TOOL_CONTENT_PART_TYPES` (0.1.10+; an empty list is one)."""
+    return isinstance(value, list) and all(
+        isinstance(part, dict) and part.get("type") in VALID_TOOL_CONTENT_PART_TYPES for part in value
+    )
+
+
 def format_tool_result(result: Any) -> str:
     """A tool's return value as the text of its ``role: "tool"`` message (JSON for dicts and lists)."""
     import json
