@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import verifiers as vf
+from verifiers.inference.parent_watch import launcher_env
 
 # vLLM-CPU settings every benchmark uses: eager fp32 (no compile time, the trainer's dtype),
 # chunked prefill off (a vLLM-CPU bug with seeded, chunked prompts), a fixed 1 GiB KV cache
@@ -86,7 +87,8 @@ def vllm_server(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **(env or {})},
+            # The server ends with this benchmark, even one killed with SIGKILL (parent_watch).
+            env={**os.environ, **(env or {}), **launcher_env()},
         )
     try:
         t0 = time.time()

@@ -66,8 +66,15 @@ class Server:
 
         t0 = time.perf_counter()
         with open(self.log, "wb") as fh:
+            from verifiers.inference.parent_watch import launcher_env
+
+            # vf-vllm ends with this benchmark, even one killed with SIGKILL (raw vLLM ignores it).
             self.proc = subprocess.Popen(
-                self.cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+                self.cmd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **launcher_env()},
             )
         while time.perf_counter() - t0 < 600:
             if self.proc.poll() is not None:

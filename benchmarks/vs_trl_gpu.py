@@ -558,9 +558,13 @@ def our_server(cmd: list[str], port: int, log: Path, env: dict[str, str], timeou
     from _common import wait_ready
 
     from verifiers.inference.client import VLLMClient
+    from verifiers.inference.parent_watch import launcher_env
 
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        # vf-vllm ends with this benchmark, even one killed with SIGKILL (parent_watch).
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env={**env, **launcher_env()}
+        )
     try:
         t0 = time.time()
         try:

@@ -1044,6 +1044,8 @@ def _health(port: int) -> dict[str, Any]:
 @check("vllm_learns", cuda=True, needs=("vllm", "peft"))
 def vllm_learns(ctx: Context) -> str:
     """SmolLM2 learns arithmetic through one vf-vllm (CUDA graphs), 12 steps per sync mode; ratio, gain, commits."""
+    from verifiers.inference.parent_watch import launcher_env
+
     model = str(learn_model(ctx))
     modes = learn_modes(ctx.learn_modes)
     deadline = time.monotonic() + LEARN_BUDGET_S
@@ -1058,7 +1060,7 @@ def vllm_learns(ctx: Context) -> str:
             cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=learn_env(None, dict(os.environ)),
+            env={**learn_env(None, dict(os.environ)), **launcher_env()},  # ends with this script
             start_new_session=True,
         )
     results, failures = [], []

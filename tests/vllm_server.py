@@ -87,9 +87,15 @@ class Server:
         return VLLMClient(self.url, **{"request_timeout": 60, **kwargs})
 
     def start(self) -> None:
+        from verifiers.inference.parent_watch import launcher_env
+
         with open(self.log, "ab") as fh:  # the child keeps its own copy of the file
             self.proc = subprocess.Popen(
-                self.cmd, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                self.cmd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**self.env, **launcher_env()},  # ends with the test process, even a killed one
             )
 
     def wait_ready(self, timeout: float = 240.0) -> None:

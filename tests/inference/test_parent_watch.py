@@ -3,6 +3,7 @@ plain multiprocessing children instead of vLLM's; test_server.py kills a real se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -96,3 +97,100 @@ def test_still_running_counts_a_zombie_and_a_reaped_process_as_ended():
         proc.kill()
         proc.wait()
     assert still_running([child]) == []  # reaped: no such process
+
+
+# A launcher (vf-rl, a benchmark) that starts a "server" (here a Python child that runs vf-vllm's
+# first call, watch_launcher, then sleeps), prints its pid and waits. NAMED says whose pid the
+# launcher puts in the child's environment: its own, init's (a variable leaked from elsewhere), none.
+LAUNCHER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from verifiers.inference import parent_watch
+
+    child = (
+        "import time; from verifiers.inference import parent_watch; "
+        "print(parent_watch.watch_launcher(), flush=True); time.sleep(600)"
+    )
+    env = {**os.environ}
+    named = sys.argv[1]
+    if named == "self":
+        env.update(parent_watch.launcher_env())
+    elif named == "init":
+        env[parent_watch.LAUNCHER_ENV] = "1"
+    proc = subprocess.Popen([sys.executable, "-c", child], env=env, start_new_session=True)
+    print(proc.pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.parametrize("named", ["self", "init", "none"])
+def test_a_server_ends_with_its_killed_launcher_only_when_the_launcher_named_itself(tmp_path, named):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(parent_watch.LAUNCHER_ENV, None)
+    env.pop(parent_watch.ENV, None)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, named], stdout=subprocess.PIPE, text=True, env=env
+    )
+    server = psutil.Process(int(launcher.stdout.readline()))
+    try:
+        deadline = time.monotonic() + 30
+        while server.status() != psutil.STATUS_SLEEPING and time.monotonic() < deadline:
+            time.sleep(0.05)  # its imports done, asleep (the watch, if any, started before)
+        time.sleep(0.5)
+        launcher.kill()  # SIGKILL: the launcher runs no cleanup
+        launcher.wait(10)
+        deadline = time.monotonic() + (10 if named == "self" else 2)
+        while still_running([server]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert bool(still_running([server])) is (named != "self")
+    finally:
+        launcher.stdout.close()
+        if still_running([server]):
+            server.kill()
+
+
+# The same with a real vf-vllm: a launcher process starts it as tests/vllm_server.py does (which
+# names the launcher), waits until it answers, and is killed with SIGKILL.
+REAL_LAUNCHER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from tests.vllm_server import Server
+
+    server = Server(Path(sys.argv[1]), Path(sys.argv[2]))
+    server.start()
+    print(server.proc.pid, flush=True)
+    server.wait_ready()
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_real_vf_vllm_ends_with_its_killed_launcher_engine_included(tmp_path, tiny_model_dir):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(parent_watch.LAUNCHER_ENV, None)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", REAL_LAUNCHER, str(tiny_model_dir), str(tmp_path)],
+        stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )  # fmt: skip
+    server = psutil.Process(int(launcher.stdout.readline()))
+    tree: list[psutil.Process] = []
+    try:
+        assert launcher.stdout.readline().strip() == "ready", (tmp_path / "server.log").read_text()[-3000:]
+        tree = [server, *server.children(recursive=True)]  # vf-vllm, its engine core (and workers)
+        assert len(tree) >= 2
+        launcher.kill()
+        launcher.wait(10)
+        # The watch looks once a second; vLLM's own shutdown then takes a few seconds on 2 cores.
+        deadline = time.monotonic() + 60
+        while still_running(tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert still_running(tree) == []
+    finally:
+        launcher.stdout.close()
+        for p in tree or [server]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()

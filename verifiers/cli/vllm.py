@@ -551,6 +551,10 @@ def server_env_defaults(environ: MutableMapping[str, str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from verifiers.inference.parent_watch import watch_launcher
+
+    # Started by vf-rl or a benchmark: end with it, even when it is killed with SIGKILL.
+    watch_launcher()
     try:
         import vllm  # noqa: F401
     except ImportError as e:  # vLLM is an optional extra

@@ -15,8 +15,14 @@ checks once a second whether the process's parent is still the one that started 
 SIGTERM, which vLLM's engine core and workers handle by shutting down as on a normal stop, and
 ends it with ``os._exit`` if that has not happened :data:`GRACE_S` later.
 
-Elsewhere (``vllm serve``, a Python program using vLLM in this environment, vf-vllm's own API
-server process) it does nothing.
+Elsewhere (``vllm serve``, a Python program using vLLM in this environment) it does nothing.
+
+vf-vllm's own process is its user's, except when a program of ours started it (vf-rl, the
+benchmarks, scripts/gpu_check.py): that program puts its pid in :data:`LAUNCHER_ENV`
+(:func:`launcher_env`), and :func:`watch_launcher`, called first thing in vf-vllm's ``main``, then
+ends the server the same way when that program dies. Before, a benchmark killed with SIGKILL left its
+server running, holding its memory (issue 43). The pid must be vf-vllm's parent: a variable that
+leaked through a shell or another program's environment names someone else, and is ignored.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
     import psutil
 
 ENV = "VF_VLLM_END_WITH_PARENT"  # "1": vf-vllm set it; "0" (set by the user) turns the watch off
+LAUNCHER_ENV = "VF_VLLM_LAUNCHER_PID"  # set by a program of ours that starts vf-vllm: its own pid
 POLL_S = 1.0
 GRACE_S = 30.0  # for vLLM's own shutdown after the SIGTERM, before os._exit
 
@@ -54,6 +61,22 @@ def register() -> None:
         return
     _started = True
     threading.Thread(target=watch, args=(parent.pid,), name="vf-end-with-parent", daemon=True).start()
+
+
+def launcher_env() -> dict[str, str]:
+    """The environment entry a program puts in vf-vllm's environment so that the server ends with it."""
+    return {LAUNCHER_ENV: str(os.getpid())}
+
+
+def watch_launcher() -> bool:
+    """In vf-vllm's own process: end with the program that started it, when that program named
+    itself in :data:`LAUNCHER_ENV` and is this process's parent. True when the watch started."""
+    # Popped: vLLM's processes below are watched by the plugin hook, each against its own parent.
+    named = os.environ.pop(LAUNCHER_ENV, "")
+    if not named.isdigit() or int(named) != os.getppid() or os.environ.get(ENV) == "0":
+        return False
+    threading.Thread(target=watch, args=(int(named),), name="vf-end-with-launcher", daemon=True).start()
+    return True
 
 
 def watch(parent_pid: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> None:

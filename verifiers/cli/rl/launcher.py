@@ -247,13 +247,16 @@ class Launcher:
                 print(message, flush=True)
 
     def _start(self, side: Side) -> None:
+        from verifiers.inference.parent_watch import launcher_env
+
         with self.start_lock:
             if self.stopping.is_set():
                 raise KeyboardInterrupt
             side.log_start = side.log.stat().st_size if side.log.exists() else 0
             side.proc = subprocess.Popen(
                 side.cmd,
-                env={**os.environ, **side.env},
+                # The server ends with vf-rl even when vf-rl is killed with SIGKILL (parent_watch).
+                env={**os.environ, **side.env, **launcher_env()},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
