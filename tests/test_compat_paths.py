@@ -59,6 +59,7 @@ LIGHT_PATHS: dict[str, list[str]] = {
     "verifiers.envs.experimental.mcp_env": ["MCPEnv"],
     "verifiers.envs.experimental.cli_agent_env": ["CliAgentEnv"],
     "verifiers.envs.experimental.harbor_env": ["HarborEnv"],
+    "verifiers.envs.experimental.harbor_env.env": ["HarborEnv"],
     "verifiers.envs": [
         "Environment",
         "MultiTurnEnv",

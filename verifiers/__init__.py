@@ -39,6 +39,7 @@ from verifiers.errors import (
     VerifiersError,
     WeightSyncError,
 )
+from verifiers.parsers.maybe_think_parser import MaybeThinkParser
 from verifiers.parsers.parser import Parser
 from verifiers.parsers.think_parser import ThinkParser
 from verifiers.parsers.xml_parser import XMLParser
@@ -49,6 +50,7 @@ from verifiers.rubrics.tool import ToolRubric
 from verifiers.types import (
     AssistantMessage,
     ChatMessage,
+    DatasetBuilder,
     GenerateInputs,
     GenerateOutputs,
     Info,
@@ -74,7 +76,7 @@ from verifiers.utils.display import print_prompt_completions_sample
 from verifiers.utils.ensure import MissingKeyError, ensure_keys
 from verifiers.utils.env_loader import load_environment
 from verifiers.utils.extras import import_with_extra
-from verifiers.utils.logging import setup_logging
+from verifiers.utils.logging import log_level, quiet_verifiers, setup_logging
 
 __version__ = "0.2.0"
 
@@ -100,6 +102,7 @@ _LAZY: dict[str, tuple[str, str]] = {
 __all__ = [
     "AssistantMessage",
     "ChatMessage",
+    "DatasetBuilder",
     "CliAgentEnv",
     "ConfigError",
     "DatasetFormatError",
@@ -115,6 +118,7 @@ __all__ = [
     "Message",
     "JudgeRubric",
     "MCPEnv",
+    "MaybeThinkParser",
     "Messages",
     "MissingExtraError",
     "MissingKeyError",
@@ -162,6 +166,8 @@ __all__ = [
     "load_environment",
     "load_example_dataset",
     "print_prompt_completions_sample",
+    "log_level",
+    "quiet_verifiers",
     "setup_logging",
     "stop",
     "teardown",
@@ -171,7 +177,9 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
-        raise AttributeError(f"module 'verifiers' has no attribute {name!r}")
+        from verifiers.compat.refused import refuse
+
+        refuse(__name__, name)  # a later release's name we do not offer: one line saying why
     module_name, extra = _LAZY[name]
     module = import_with_extra(module_name, f"verifiers.{name}", extra)
     value = getattr(module, name)

@@ -70,9 +70,97 @@ def __getattr__(name: str) -> Any:
         module, attr = _OPENAI_TYPES[name].split(":")
         value = getattr(importlib.import_module(module), attr)
     else:
-        raise AttributeError(f"module 'verifiers.types' has no attribute {name!r}")
+        from verifiers.compat.refused import refuse
+
+        refuse(__name__, name)  # a later release's name we do not offer: one line saying why
     globals()[name] = value
     return value
+
+
+# -- Shapes and aliases of later 0.1.x releases (0.1.8-0.1.12), for annotations and for building
+# the dicts they describe; the data is the plain dicts this package already passes around.
+
+ChatMessages = list[ChatMessage]
+"""A list of chat messages (0.1.8-0.1.10)."""
+IndividualRewardFunc = Callable[..., Union[float, Awaitable[float]]]
+"""A reward function scoring one rollout (0.1.8+)."""
+GroupRewardFunc = Callable[..., Union[list[float], Awaitable[list[float]]]]
+"""A reward function scoring a group of rollouts at once, one score each (0.1.8+)."""
+DatasetBuilder = Callable[[], Any]
+"""A zero-argument function returning a dataset, given as ``dataset=`` (0.1.10+; built on first use)."""
+FinishReason = Union[Literal["stop", "length", "tool_calls"], None]
+"""Why the model stopped a turn (0.1.11+)."""
+StartCallback = Callable[..., None]
+ProgressCallback = Callable[..., None]
+LogCallback = Callable[[str], None]
+ThinkingBlock = dict[str, Any]
+"""A reasoning block of a model reply (0.1.11+)."""
+GenericContentPart = dict[str, Any]
+
+
+class TextContentPart(TypedDict):
+    """``{"type": "text", "text": ...}``: a part of a message's content (0.1.11+)."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ImageUrlSource(TypedDict):
+    url: str
+
+
+class ImageUrlContentPart(TypedDict):
+    type: Literal["image_url"]
+    image_url: ImageUrlSource
+
+
+class InputAudioSource(TypedDict):
+    data: str
+    format: str
+
+
+class InputAudioContentPart(TypedDict):
+    type: Literal["input_audio"]
+    input_audio: InputAudioSource
+
+
+ContentPart = Union[TextContentPart, ImageUrlContentPart, InputAudioContentPart, GenericContentPart]
+MessageContent = Union[str, list[ContentPart]]
+"""A message's content: text, or a list of parts (0.1.11+)."""
+TextMessage = ChatMessage
+"""A message of the completion API (0.1.11+): a dict with ``role`` and text ``content``."""
+
+
+class TokenUsage(TypedDict):
+    """Tokens a rollout used (0.1.10+)."""
+
+    input_tokens: float
+    output_tokens: float
+
+
+class RolloutTiming(TypedDict, total=False):
+    """Where a rollout's time went, in milliseconds from ``start_time`` (0.1.8+)."""
+
+    start_time: float
+    generation_ms: float
+    scoring_ms: float
+    total_ms: float
+
+
+class ErrorInfo(TypedDict):
+    """A rollout's error as text (0.1.10+)."""
+
+    error: str
+    error_chain_repr: str
+    error_chain_str: str
+
+
+class BaseRolloutInput(TypedDict):
+    """The required keys of a rollout's input (0.1.8+; ``RolloutInput`` adds the optional ones)."""
+
+    prompt: Messages
+    example_id: int
+    task: str
 
 
 class RolloutInput(TypedDict, total=False):
@@ -127,6 +215,8 @@ class GenerateInputs:
     info: list[dict] | None = None
     task: list[str] | None = None
     completion: list[Messages] | None = None
+    example_id: list[int] | None = None
+    """0.1.6+: each rollout's example (its state's ``example_id``, and ``GenerateOutputs.example_id``)."""
 
 
 @dataclass
@@ -174,6 +264,15 @@ class GenerateOutputs:
     task: list[str]
     reward: list[float]
     metrics: dict[str, list[float]] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """0.1.6-0.1.7: the run's metadata (a dict carried with the results)."""
+    example_id: list[Any] | None = None
+    """0.1.6+: each rollout's example id; by default its ``state["example_id"]`` (None where the
+    input gave none)."""
+
+    def __post_init__(self) -> None:
+        if self.example_id is None:
+            self.example_id = [s.get("example_id") if isinstance(s, dict) else None for s in self.state]
 
     def __len__(self) -> int:
         return len(self.prompt)

@@ -20,7 +20,8 @@ import inspect
 import textwrap
 from typing import Any
 
-from verifiers.compat.forms import forms_of
+from verifiers.compat.forms import forms_of, other_form
+from verifiers.compat.paths import MOVED
 from verifiers.compat.refused import member_refusal, name_refusal
 from verifiers.envs.refused import RefusedEnv
 
@@ -119,7 +120,8 @@ def member_problem(cls: type, name: str, entry: dict) -> str | None:
         value = value.__func__
     if not callable(value):
         return "not a method here"
-    return compatible(entry.get("sig"), value, method=True)
+    bad = compatible(entry.get("sig"), value, method=True)
+    return None if bad is not None and other_form(cls, name) is not None else bad
 
 
 def problems(module: str, names: dict[str, dict]) -> tuple[int, list[str]]:
@@ -131,7 +133,7 @@ def problems(module: str, names: dict[str, dict]) -> tuple[int, list[str]]:
         mod, import_error = None, f"{type(e).__name__}: {e}"
     for name, entry in names.items():
         checked += 1
-        if name_refusal(module, name) is not None:
+        if name_refusal(module, name) is not None or name_refusal(MOVED.get(module, ""), name) is not None:
             continue
         if mod is None:
             out.append(f"{module}.{name}: module does not import ({import_error[:120]})")

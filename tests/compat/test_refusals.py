@@ -93,3 +93,31 @@ def test_also_takes_sends_each_form_to_its_code():
     assert inspect.iscoroutinefunction(_Scorer.ascore)
     assert list(inspect.signature(_Scorer.score).parameters) == ["self", "state"]
     assert forms.forms_of(_Scorer.score) == (_Scorer._old,)
+
+
+def test_every_refused_name_is_refused_where_it_is_looked_up():
+    """Each REFUSED_NAMES entry raises the one-line error from its module (the old path's module,
+    for a moved one), and each REFUSED_MODULES path imports."""
+    from verifiers.compat.paths import MOVED
+
+    modules = {module for module, _ in refused.REFUSED_NAMES}
+    for module in [*modules, *refused.REFUSED_MODULES]:
+        importlib.import_module(module)
+    for module, name in refused.REFUSED_NAMES:
+        mod = sys.modules[MOVED.get(module, module)]
+        with pytest.raises(refused.RefusedNameError) as info:
+            getattr(mod, name)
+        assert "\n" not in str(info.value), (module, name)
+
+
+def test_every_refused_member_is_refused_on_its_class():
+    classes = {
+        "Environment": vf.Environment, "EnvGroup": vf.EnvGroup, "ToolEnv": vf.ToolEnv,
+        "StatefulToolEnv": vf.StatefulToolEnv, "SandboxEnv": vf.SandboxEnv, "PythonEnv": vf.PythonEnv,
+        "Rubric": vf.Rubric, "MathRubric": vf.MathRubric,
+    }  # fmt: skip
+    for cls_name, member in refused.REFUSED_MEMBERS:
+        cls = classes[cls_name]
+        # refused only where the normal lookup fails: a class that defines it would never refuse it
+        assert not hasattr(cls, member), (cls_name, member)
+        assert refused.member_refusal(cls, member), (cls_name, member)

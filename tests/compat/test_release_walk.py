@@ -17,7 +17,8 @@ import pytest
 from tests.compat.conftest import RELEASES, release_walk
 from tests.compat.names import problems
 
-# Its own tier until every name resolves or is refused (issue 41): `pytest -m release_walk`.
+# Its own tier (`pytest -m release_walk`; CI runs it after the contract tier): it builds a venv per
+# release from PyPI on first use.
 pytestmark = pytest.mark.release_walk
 
 COUNTS: dict[str, int] = {}

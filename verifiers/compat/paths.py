@@ -50,7 +50,6 @@ MOVED: dict[str, str] = {
     "verifiers.envs.experimental.gym_env": "verifiers.envs.gym",
     "verifiers.envs.experimental.mcp_env": "verifiers.envs.refused",
     "verifiers.envs.experimental.cli_agent_env": "verifiers.envs.refused",
-    "verifiers.envs.experimental.harbor_env": "verifiers.envs.refused",
     # 0.2's docs
     "verifiers.rollout.chat_template": "verifiers.tokenization.chat_template",
     "verifiers.rollout.tokens": "verifiers.tokenization.assembly",
@@ -110,6 +109,9 @@ REEXPORTED: dict[str, dict[str, str]] = {
     # 0.2's docs: the package of the three modules above
     "verifiers.rollout": {},
     # 0.1.10+ (issue 25)
+    # 0.1.14: harbor_env became a package (env.py, mcp.py; mcp is refused, verifiers.compat.refused)
+    "verifiers.envs.experimental.harbor_env": {"HarborEnv": "verifiers.envs.refused"},
+    "verifiers.envs.experimental.harbor_env.env": {"HarborEnv": "verifiers.envs.refused"},
     "verifiers.envs.experimental": {
         "GymEnv": "verifiers.envs.gym",
         **dict.fromkeys(("MCPEnv", "CliAgentEnv", "HarborEnv"), "verifiers.envs.refused"),

@@ -35,6 +35,72 @@ _IN_PROCESS = "environments run in-process here"
 _INSTALL = "install an environment's package with pip (vf-install does it for a local folder)"
 _TOKENS = "here token ids and logprobs are read by verifiers.envs.model_client.extract_turn_tokens"
 _OWN_TOOL = "write it as your own tool function (any Python function with a docstring works with vf.ToolEnv)"
+_EXPERIMENTAL = "verifiers.envs.experimental"
+_HOSTED_SANDBOX = (
+    "hosted sandbox containers (prime-sandboxes) started and driven from the environment; "
+    "tools run as Python in the local sandbox here (vf.PythonEnv, vf.SandboxEnv's local tools)"
+)
+_GATEWAY = (
+    "a gateway that serves an agent's model calls from inside a hosted sandbox back to the rollout; "
+    "no hosted sandbox runs here"
+)
+_HARBOR_MCP = "MCP servers of Harbor tasks, run in the tasks' hosted containers; vf.HarborEnv is refused too"
+_MCP = (
+    "MCP servers launched and reached by the environment (vf.MCPEnv is refused); "
+    "write the tools as Python functions in a vf.ToolEnv"
+)
+_CLIENT_LAYER = (
+    "0.1.11+'s model-client layer (client classes, their configs and response models); pass an "
+    "openai.AsyncOpenAI client pointed at vf-vllm or any OpenAI-compatible server, and read its responses"
+)
+_EVAL_TOOLING = (
+    "a configuration or metadata model of upstream's vf-eval; this package's vf-eval takes its "
+    "settings as flags and writes its results as a dataset (docs/evaluation.md)"
+)
+_V014_TASKS = (
+    "0.1.14's task/harness API (vf.Env, Taskset, Harness, Toolset, User and the @vf.reward/@vf.metric/"
+    "@vf.setup/@vf.update/@vf.advantage decorators), built around hosted sandboxes; write the task as a "
+    "vf.SingleTurnEnv / vf.MultiTurnEnv / vf.ToolEnv with a vf.Rubric"
+)
+_LOOP_INTERNALS = (
+    "an internal of upstream's generation loop, which changed in every release; call env.generate / "
+    "env.evaluate / env.rollout, or override the documented hooks (setup_state, env_response, @vf.stop, @vf.cleanup)"
+)
+_ENV_SERVER = (
+    "upstream's environment server (the environment run in its own process, reached over ZMQ); "
+    "environments run in the caller's process here"
+)
+_LIMITS = (
+    "a per-rollout limit upstream's loop enforced from the environment; set max_turns on the environment "
+    "and max_tokens / max_seq_len on the sampling side (GRPOConfig, vf-eval flags)"
+)
+_EVAL_SETTINGS = (
+    "a setting of upstream's evaluation runner kept on the environment; pass it to env.evaluate(...) / "
+    "vf-eval (rollouts_per_example=, max_concurrent=) instead"
+)
+_MONITOR = (
+    "0.1.9+'s tool monitor rubric; tool-call counts are reported as the metrics total_tool_calls and "
+    "<tool>_calls of 0.1.8+-form tool environments"
+)
+_MONITOR_STOP = (
+    "0.1.9+'s stop condition object on tool environments; a turn without tool calls ends the rollout here "
+    "(stop_condition 'no_tools_called'), and the tool-call counts are metrics"
+)
+_SCORING_INTERNALS = (
+    "an internal of upstream's scoring loop; call rubric.score_rollout / score_rollouts / score_group"
+)
+_MATH_VERIFY = (
+    "an internal of upstream's MathRubric verification (its thread pool and limits); "
+    "MathRubric scores with math-verify in-process here"
+)
+_TASKSETS = (
+    "0.1.14's composable task sets and agent harnesses, which run each task in a hosted sandbox container "
+    "(prime-sandboxes); write the task as a vf.MultiTurnEnv or vf.ToolEnv with Python tools"
+)
+_AGENT_CLI = (
+    "an agent's command-line program (RLM, OpenCode) run inside a hosted sandbox, its model calls tunnelled "
+    "back; run the agent's tools as Python functions in a vf.StatefulToolEnv instead"
+)
 
 REFUSED_MODULES: dict[str, str] = {
     # -- verifiers.utils.* -----------------------------------------------------------------------
@@ -82,9 +148,57 @@ REFUSED_MODULES: dict[str, str] = {
     "verifiers.utils.rlm_data_serialization_utils": (
         "data serialization into the sandbox of upstream's RLMEnv (0.1.9), which is not here"
     ),
-
     # -- verifiers.envs.experimental.* -----------------------------------------------------------
-
+    **dict.fromkeys(
+        (
+            f"{_EXPERIMENTAL}.composable",
+            f"{_EXPERIMENTAL}.composable._filter",
+            f"{_EXPERIMENTAL}.composable.composable_env",
+            f"{_EXPERIMENTAL}.composable.harness",
+            f"{_EXPERIMENTAL}.composable.harnesses",
+            f"{_EXPERIMENTAL}.composable.harnesses.mini_swe_agent",
+            f"{_EXPERIMENTAL}.composable.harnesses.opencode",
+            f"{_EXPERIMENTAL}.composable.harnesses.rlm",
+            f"{_EXPERIMENTAL}.composable.task",
+            f"{_EXPERIMENTAL}.composable.tasksets",
+            f"{_EXPERIMENTAL}.composable.tasksets.cp",
+            f"{_EXPERIMENTAL}.composable.tasksets.cp.cp_task",
+            f"{_EXPERIMENTAL}.composable.tasksets.cp.test_utils",
+            f"{_EXPERIMENTAL}.composable.tasksets.harbor",
+            f"{_EXPERIMENTAL}.composable.tasksets.harbor.harbor",
+            f"{_EXPERIMENTAL}.composable.tasksets.lean",
+            f"{_EXPERIMENTAL}.composable.tasksets.lean.lean_task",
+            f"{_EXPERIMENTAL}.composable.tasksets.math",
+            f"{_EXPERIMENTAL}.composable.tasksets.math.math_task",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe._test_patch",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.log_parser",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.multi_swe",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.openswe",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.r2e_gym",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.swe_lego",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.swe_rebench_v2",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.swe_rebench_v2_log_parsers",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.swe_smith",
+            f"{_EXPERIMENTAL}.composable.tasksets.swe.swe_tasksets",
+            f"{_EXPERIMENTAL}.utils",
+            f"{_EXPERIMENTAL}.utils.file_locks",
+            f"{_EXPERIMENTAL}.utils.git_checkout_cache",
+        ),
+        _TASKSETS,
+    ),
+    **dict.fromkeys(
+        (
+            f"{_EXPERIMENTAL}.rlm_env",
+            f"{_EXPERIMENTAL}.opencode_env",
+            f"{_EXPERIMENTAL}.opencode_qa_env",
+            f"{_EXPERIMENTAL}.opencode_rlm_env",
+        ),
+        _AGENT_CLI,
+    ),
+    f"{_EXPERIMENTAL}.sandbox_mixin": _HOSTED_SANDBOX,
+    f"{_EXPERIMENTAL}.rollout_gateway_mixin": _GATEWAY,
+    f"{_EXPERIMENTAL}.harbor_env.mcp": _HARBOR_MCP,
     # -- other ------------------------------------------------------------------------------------
 }
 
@@ -99,6 +213,59 @@ REFUSED_NAMES: dict[tuple[str, str], str] = {
         f"asking an LLM about a web page (needed a DeepInfra API key and the network); {_OWN_TOOL}"
     ),
     # -- verifiers and verifiers.types -------------------------------------------------------
+    ("verifiers.types", "ClientConfig"): _CLIENT_LAYER,
+    ("verifiers.types", "EndpointClientConfig"): _CLIENT_LAYER,
+    ("verifiers.types", "ClientType"): _CLIENT_LAYER,
+    ("verifiers.types", "Usage"): _CLIENT_LAYER,
+    ("verifiers.types", "ResponseTokens"): _CLIENT_LAYER,
+    ("verifiers.types", "Response"): _CLIENT_LAYER,
+    ("verifiers.types", "ResponseMessage"): _CLIENT_LAYER,
+    ("verifiers.types", "CustomBaseModel"): _CLIENT_LAYER,
+    ("verifiers.types", "EvalConfig"): _EVAL_TOOLING,
+    ("verifiers.types", "EvalRunConfig"): _EVAL_TOOLING,
+    ("verifiers.types", "GenerateMetadata"): _EVAL_TOOLING,
+    ("verifiers.types", "VersionInfo"): _EVAL_TOOLING,
+    ("verifiers.types", "RolloutOutput"): _EVAL_TOOLING,
+    ("verifiers.types", "TASK_INPUT_FIELDS"): _V014_TASKS,
+    ("verifiers.types", "TimeSpan"): _V014_TASKS,
+    ("verifiers.types", "TimeSpans"): _V014_TASKS,
+    ("verifiers.types", "assert_json_serializable"): _V014_TASKS,
+    ("verifiers.types", "flatten_task_input"): _V014_TASKS,
+    ("verifiers.types", "normalize_task_payload"): _V014_TASKS,
+    ("verifiers.types", "task_payload_from_info"): _V014_TASKS,
+    ("verifiers", "Client"): _CLIENT_LAYER,
+    ("verifiers", "AnthropicMessagesClient"): _CLIENT_LAYER,
+    ("verifiers", "OpenAIChatCompletionsClient"): _CLIENT_LAYER,
+    ("verifiers", "OpenAIChatCompletionsTokenClient"): _CLIENT_LAYER,
+    ("verifiers", "OpenAICompletionsClient"): _CLIENT_LAYER,
+    ("verifiers", "OpenAIResponsesClient"): _CLIENT_LAYER,
+    ("verifiers", "Env"): _V014_TASKS,
+    ("verifiers", "EnvConfig"): _V014_TASKS,
+    ("verifiers", "Task"): _V014_TASKS,
+    ("verifiers", "Taskset"): _V014_TASKS,
+    ("verifiers", "TasksetConfig"): _V014_TASKS,
+    ("verifiers", "HarborTaskset"): _V014_TASKS,
+    ("verifiers", "HarborTasksetConfig"): _V014_TASKS,
+    ("verifiers", "Harness"): _V014_TASKS,
+    ("verifiers", "HarnessConfig"): _V014_TASKS,
+    ("verifiers", "CLIHarness"): _V014_TASKS,
+    ("verifiers", "MiniSWEAgent"): _V014_TASKS,
+    ("verifiers", "OpenCode"): _V014_TASKS,
+    ("verifiers", "Pi"): _V014_TASKS,
+    ("verifiers", "RLM"): _V014_TASKS,
+    ("verifiers", "SandboxConfig"): _V014_TASKS,
+    ("verifiers", "Toolset"): _V014_TASKS,
+    ("verifiers", "ToolsetConfig"): _V014_TASKS,
+    ("verifiers", "MCPTool"): _V014_TASKS,
+    ("verifiers", "MCPToolConfig"): _V014_TASKS,
+    ("verifiers", "User"): _V014_TASKS,
+    ("verifiers", "UserConfig"): _V014_TASKS,
+    ("verifiers", "reward"): _V014_TASKS,
+    ("verifiers", "metric"): _V014_TASKS,
+    ("verifiers", "advantage"): _V014_TASKS,
+    ("verifiers", "setup"): _V014_TASKS,
+    ("verifiers", "update"): _V014_TASKS,
+    ("verifiers", "RolloutGatewayMixin"): _GATEWAY,
     # -- verifiers.utils.* ---------------------------------------------------------------------
     ("verifiers.utils.async_utils", "maybe_retry"): (
         "retried a rollout on upstream's vf.InfraError / InvalidModelResponseError in its state; "
@@ -132,12 +299,131 @@ REFUSED_NAMES: dict[tuple[str, str], str] = {
         "arguments to vf.load_environment",
     ),
     # -- verifiers.envs.* (module-level names) -------------------------------------------------
+    ("verifiers.envs.sandbox_env", "SandboxCreationError"): _HOSTED_SANDBOX,
+    ("verifiers.envs.sandbox_env", "SandboxNotReadyError"): _HOSTED_SANDBOX,
+    ("verifiers.envs.sandbox_env", "ThreadedAsyncSandboxClient"): _HOSTED_SANDBOX,
+    ("verifiers.envs.sandbox_env", "LoggerProtocol"): _HOSTED_SANDBOX,
+    ("verifiers.envs.python_env", "PythonWorkerState"): _HOSTED_SANDBOX,
+    ("verifiers.envs.python_env", "PythonWorkerDeadError"): _HOSTED_SANDBOX,
+    ("verifiers.envs.python_env", "PythonWorkerNotReadyError"): _HOSTED_SANDBOX,
+    ("verifiers.envs.python_env", "PythonWorkerRequestError"): _HOSTED_SANDBOX,
+    (
+        "verifiers.envs.stateful_tool",
+        "filter_signature",
+    ): "an internal of 0.1.9+'s StatefulToolEnv; add_tool(tool, args_to_skip=[...]) hides arguments from the model",
+    ("verifiers.envs.tool", "ToolMonitorRubric"): _MONITOR,
+    ("verifiers.envs.group", "ENV_GROUP_INFO_KEY"): _V014_TASKS,
+    ("verifiers.rubrics.math_rubric", "verify_response"): _MATH_VERIFY,
+    ("verifiers.rubrics.rubric", "ScoreObjectProvider"): _V014_TASKS,
+    ("verifiers.rubrics.rubric", "GroupScoreObjectProvider"): _V014_TASKS,
+    # The other names of mcp_env and cli_agent_env, modules served by verifiers.envs.refused.
+    ("verifiers.envs.refused", "MCPServerConfig"): _MCP,
+    ("verifiers.envs.refused", "MCPServerConnection"): _MCP,
+    ("verifiers.envs.refused", "MCPToolWrapper"): _MCP,
+    ("verifiers.envs.refused", "CliAgentMonitorRubric"): _AGENT_CLI,
+    ("verifiers.envs.refused", "AgentError"): _AGENT_CLI,
+    ("verifiers.envs.refused", "make_agent_error"): _AGENT_CLI,
+    (f"{_EXPERIMENTAL}.harbor_env", "HarborMCPHealthcheck"): _HARBOR_MCP,
+    (f"{_EXPERIMENTAL}.harbor_env", "HarborMCPMixin"): _HARBOR_MCP,
+    (f"{_EXPERIMENTAL}.harbor_env", "HarborMCPServer"): _HARBOR_MCP,
+    (f"{_EXPERIMENTAL}.harbor_env", "NETWORK_TRANSPORTS"): _HARBOR_MCP,
+    (f"{_EXPERIMENTAL}.harbor_env", "mcp_agent_url"): _HARBOR_MCP,
+    (f"{_EXPERIMENTAL}.harbor_env", "mcp_url_port"): _HARBOR_MCP,
+    (f"{_EXPERIMENTAL}.harbor_env", "parse_mcp_servers"): _HARBOR_MCP,
+    (_EXPERIMENTAL, "SandboxMixin"): _HOSTED_SANDBOX,
+    (_EXPERIMENTAL, "RolloutGatewayMixin"): _GATEWAY,
+    (_EXPERIMENTAL, "ComposableEnv"): _TASKSETS,
+    (_EXPERIMENTAL, "Harness"): _TASKSETS,
+    (_EXPERIMENTAL, "SandboxSpec"): _TASKSETS,
+    (_EXPERIMENTAL, "SandboxTaskSet"): _TASKSETS,
+    (_EXPERIMENTAL, "Task"): _TASKSETS,
+    (_EXPERIMENTAL, "TaskSet"): _TASKSETS,
 }
 
 REFUSED_MEMBERS: dict[tuple[str, str], str] = {
     # -- Environment and its subclasses ----------------------------------------------------------
+    ("Environment", "run_rollout_with_semaphore"): _LOOP_INTERNALS,
+    ("Environment", "process_chat_format_vllm"): _LOOP_INTERNALS,
+    ("Environment", "process_completion_format_vllm"): _LOOP_INTERNALS,
+    ("Environment", "init_completion"): _LOOP_INTERNALS,
+    ("Environment", "get_context_messages"): _LOOP_INTERNALS,
+    ("Environment", "run_rollout"): _LOOP_INTERNALS,
+    ("Environment", "run_group"): _LOOP_INTERNALS,
+    ("Environment", "add_model_response"): _LOOP_INTERNALS,
+    ("Environment", "render_state"): _LOOP_INTERNALS,
+    ("Environment", "get_state_usage"): _LOOP_INTERNALS,
+    ("Environment", "increment_state_usage"): _LOOP_INTERNALS,
+    ("Environment", "increment_state_usage_from_response"): _LOOP_INTERNALS,
+    ("Environment", "set_kwargs"): _LOOP_INTERNALS,
+    ("Environment", "get_eval_inputs"): _LOOP_INTERNALS,
+    ("Environment", "cleanup"): _LOOP_INTERNALS,
+    ("Environment", "start_server"): _ENV_SERVER,
+    ("Environment", "stop_server"): _ENV_SERVER,
+    ("Environment", "env_client"): _ENV_SERVER,
+    ("Environment", "env_server_process"): _ENV_SERVER,
+    ("Environment", "death_pipe_writer"): _ENV_SERVER,
+    ("Environment", "max_seq_len"): _LIMITS,
+    ("Environment", "set_max_seq_len"): _LIMITS,
+    ("Environment", "max_total_completion_tokens"): _LIMITS,
+    ("Environment", "max_total_completion_tokens_reached"): _LIMITS,
+    ("Environment", "set_max_total_completion_tokens"): _LIMITS,
+    ("Environment", "timeout_seconds"): _LIMITS,
+    ("Environment", "mark_timed_out"): _LIMITS,
+    ("Environment", "concurrency"): _EVAL_SETTINGS,
+    ("Environment", "set_concurrency"): _EVAL_SETTINGS,
+    ("Environment", "rollouts_per_example"): _EVAL_SETTINGS,
+    ("Environment", "pass_threshold"): _EVAL_SETTINGS,
+    ("Environment", "score_rollouts"): _EVAL_SETTINGS,
+    ("Environment", "set_score_rollouts"): _EVAL_SETTINGS,
+    ("Environment", "interleaved_rollouts"): _EVAL_SETTINGS,
+    ("Environment", "set_interleaved_rollouts"): _EVAL_SETTINGS,
+    ("Environment", "dataset_source"): _EVAL_SETTINGS,
+    ("Environment", "eval_dataset_source"): _EVAL_SETTINGS,
+    ("Environment", "map_kwargs"): _EVAL_SETTINGS,
+    ("Environment", "provides_advantages"): _V014_TASKS,
+    ("Environment", "requires_group_rollouts"): _V014_TASKS,
+    (
+        "Environment",
+        "is_completed",
+    ): "a MultiTurnEnv method (every environment here but the base class is one)",
+    ("EnvGroup", "get_env_for_name"): "0.1.14's name; EnvGroup routes by task: env_group.env_map[task]",
+    ("StatefulToolEnv", "tool_monitor_rubric"): _MONITOR,
+    ("ToolEnv", "tool_monitor_rubric"): _MONITOR_STOP,
+    ("ToolEnv", "no_tools_called"): _MONITOR_STOP,
     # -- Rubric and its subclasses ---------------------------------------------------------------
+    ("Rubric", "score_rollout_with_semaphore"): _SCORING_INTERNALS,
+    ("Rubric", "run_score_rollout"): _SCORING_INTERNALS,
+    ("Rubric", "dummy_score_rollout"): _SCORING_INTERNALS,
+    ("Rubric", "dummy_score_group"): _SCORING_INTERNALS,
+    ("Rubric", "cleanup"): _SCORING_INTERNALS,
+    ("Rubric", "add_cleanup_handler"): _V014_TASKS,
+    ("Rubric", "add_score_object_provider"): _V014_TASKS,
+    ("Rubric", "add_group_score_object_provider"): _V014_TASKS,
+    ("Rubric", "score_object_providers"): _V014_TASKS,
+    ("Rubric", "group_score_object_providers"): _V014_TASKS,
+    ("Rubric", "score_objects"): _V014_TASKS,
+    ("Rubric", "group_score_objects"): _V014_TASKS,
+    ("Rubric", "cleanup_objects"): _V014_TASKS,
+    ("Rubric", "has_advantages"): _V014_TASKS,
+    ("Rubric", "has_group_rewards"): _V014_TASKS,
+    ("Rubric", "task_for_state"): _V014_TASKS,
+    ("Rubric", "task_score_fields"): _V014_TASKS,
+    ("MathRubric", "HARD_TIMEOUT_SECONDS"): _MATH_VERIFY,
+    ("MathRubric", "MAX_VERIFY_CHARS"): _MATH_VERIFY,
+    ("MathRubric", "max_verify_chars"): _MATH_VERIFY,
+    ("MathRubric", "executor"): _MATH_VERIFY,
+    ("MathRubric", "executor_name"): _MATH_VERIFY,
+    ("MathRubric", "run_in_executor"): _MATH_VERIFY,
+    ("MathRubric", "correct_answer"): _MATH_VERIFY,
     # -- SandboxEnv, PythonEnv -------------------------------------------------------------------
+    ("SandboxEnv", "sandbox_request"): _HOSTED_SANDBOX,
+    ("SandboxEnv", "get_sandbox_request"): _HOSTED_SANDBOX,
+    ("SandboxEnv", "with_retry"): _HOSTED_SANDBOX,
+    ("SandboxEnv", "teardown_sandboxes"): _HOSTED_SANDBOX,
+    ("SandboxEnv", "teardown_sandbox_client"): _HOSTED_SANDBOX,
+    ("SandboxEnv", "bulk_delete_sandboxes"): _HOSTED_SANDBOX,
+    ("SandboxEnv", "cleanup_sandboxes"): _HOSTED_SANDBOX,
+    ("PythonEnv", "cleanup_python_env"): _HOSTED_SANDBOX,
 }
 
 

@@ -235,7 +235,7 @@ def inputs_to_rows(
         return list(values) if values is not None else [default] * n
 
     answers, tasks, infos = col("answer", ""), col("task", "default"), col("info", None)
-    return [
+    rows = [
         {
             "prompt": clean_prompt(p),
             "answer": "" if a is None else a,
@@ -244,3 +244,7 @@ def inputs_to_rows(
         }
         for p, a, t, i in zip(inputs["prompt"], answers, tasks, infos, strict=True)
     ]
+    if inputs.get("example_id") is not None:  # given (0.1.6+): each rollout's state carries it
+        for row, example_id in zip(rows, inputs["example_id"], strict=True):
+            row["example_id"] = example_id
+    return rows

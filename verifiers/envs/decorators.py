@@ -33,7 +33,18 @@ _PRIORITY = "_vf_hook_{}_priority"
 
 
 def _marker(kind: str) -> Callable[..., Any]:
-    def decorate(func: F | None = None, *, priority: int = 0) -> Any:
+    def decorate(func: F | None = None, *, priority: int = 0, **options: Any) -> Any:
+        if kind == "cleanup" and options.get("stage", "rollout") != "rollout":
+            # 0.1.14's @vf.cleanup(stage="group"): one cleanup per group of rollouts; not offered.
+            from verifiers.errors import ConfigError
+
+            raise ConfigError(
+                f"@vf.cleanup(stage={options['stage']!r}) is not supported: cleanups run once per rollout here",
+                hint='drop stage= (or pass stage="rollout")',
+            )
+        if set(options) - ({"stage"} if kind == "cleanup" else set()):
+            raise TypeError(f"@vf.{kind} got unexpected arguments: {', '.join(sorted(options))}")
+
         def mark(f: F) -> F:
             if not callable(f):
                 raise TypeError(f"@vf.{kind} decorates a method, got {f!r}")

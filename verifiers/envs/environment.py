@@ -75,6 +75,11 @@ __all__ = [
 ]
 T = TypeVar("T")
 
+# The hook types of 0.1.8+ (``@vf.stop``, ``@vf.cleanup``, ``@vf.teardown`` methods), for annotations.
+StopCondition = Callable[[State], Awaitable[bool]]
+RolloutCleanup = Callable[[State], Awaitable[None]]
+EnvironmentTeardown = Callable[[], Awaitable[None]]
+
 
 def blocking(async_method: Callable[..., Awaitable[T]], doc: str) -> Callable[..., T]:
     """The blocking twin of an async method (``generate`` of ``a_generate``): same signature.
@@ -317,6 +322,8 @@ class Environment(ABC):
             or any(find_hooks(self, kind) for kind in HOOK_KINDS)
         )
         self._torn_down = False
+        self.env_id: str | None = None  # set by vf.load_environment (0.1.6+), with the arguments it was given
+        self.env_args: dict[str, Any] = {}
         if find_hooks(self, "teardown"):
             _register_teardown_at_exit(self)
 
@@ -412,6 +419,18 @@ class Environment(ABC):
                 self.logger.warning(
                     "teardown %s failed: %s", getattr(handler, "__name__", handler), format_error(err)
                 )
+
+    def get_reward_funcs(self) -> list[Any]:
+        """The rubric's reward functions (0.1.4-0.1.7's name)."""
+        return self.rubric.get_reward_funcs()
+
+    def get_reward_weights(self) -> list[float]:
+        """The rubric's weights (0.1.4-0.1.7's name)."""
+        return self.rubric.get_reward_weights()
+
+    async def setup_state(self, state: State, **kwargs: Any) -> State:
+        """Prepare per-rollout state before the first model call (0.1.8+'s base hook; overridable)."""
+        return state
 
     def teardown_sync(self) -> None:
         """Blocking :meth:`_teardown` (works inside a running event loop too)."""

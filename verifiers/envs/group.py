@@ -26,10 +26,12 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from verifiers.compat.forms import also_takes
+from verifiers.compat.refused import refusing_getattr
 from verifiers.envs.dataset_format import parse_info
 from verifiers.envs.environment import Environment
 from verifiers.errors import ConfigError
-from verifiers.rubrics.rubric import Rubric
+from verifiers.rubrics.rubric import Rubric, score_state, state_form
 from verifiers.types import Info, Messages, RolloutScore, RolloutScores, SamplingArgs, State
 
 
@@ -56,6 +58,7 @@ class EnvGroupRubric(Rubric):
     def get_reward_func_names(self) -> list[str]:
         return list(self.all_reward_names)
 
+    @also_takes(score_state, when=state_form)
     async def score_rollout(
         self,
         prompt: Messages,
@@ -276,3 +279,7 @@ class EnvGroup(Environment):
         return await env.rollout(
             client, model, prompt, answer=answer, task=task, info=info, sampling_args=args, **kwargs
         )
+
+
+# Names of upstream's module that are not offered here: refused in one line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)

@@ -16,7 +16,7 @@ or after ``max_episode_steps`` model turns. The environment's ``close()`` runs w
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
 from verifiers.envs.decorators import cleanup, stop
 from verifiers.envs.multiturn import MultiTurnEnv
@@ -24,7 +24,30 @@ from verifiers.errors import ConfigError
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import Messages, State, UserMessage
 
-__all__ = ["EpisodicSumRubric", "GymEnv", "normalize_reset", "normalize_step", "sum_step_rewards"]
+__all__ = [
+    "EpisodicSumRubric",
+    "GymEnv",
+    "ResetOut",
+    "StepOut",
+    "StepResetEnv",
+    "normalize_reset",
+    "normalize_step",
+    "sum_step_rewards",
+]
+
+
+class StepResetEnv(Protocol):
+    """What ``GymEnv`` drives (0.1.9+'s name): ``reset(seed=)`` returning ``obs`` or ``(obs, info)``, and
+    ``step(action)`` returning gym's ``(obs, reward, done, info)`` or gymnasium's 5-tuple."""
+
+    reset: Callable[..., Any]
+    step: Callable[..., Any]
+
+
+ResetOut: TypeAlias = Any | tuple[Any, dict[str, Any]]
+"""What ``reset`` may return."""
+StepOut: TypeAlias = tuple[Any, float, bool, bool, dict[str, Any]] | tuple[Any, float, bool, dict[str, Any]]
+"""What ``step`` may return."""
 
 
 def normalize_reset(out: Any) -> tuple[Any, dict[str, Any]]:

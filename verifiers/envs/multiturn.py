@@ -125,6 +125,14 @@ class MultiTurnEnv(Environment):
         """True once the rollout has had ``max_turns`` model turns (never when ``max_turns <= 0``)."""
         return self.max_turns > 0 and state["turn"] >= self.max_turns
 
+    async def has_error(self, state: State) -> bool:
+        """True once the rollout failed (0.1.9+'s stop condition; the loop already ends on it)."""
+        return state.get("error") is not None or state.get("failure") is not None
+
+    async def has_final_env_response(self, state: State) -> bool:
+        """True once the environment set ``state["final_env_response"]`` (0.1.10+; the loop ends on it)."""
+        return state.get("final_env_response") is not None
+
     async def prompt_too_long(self, state: State) -> bool:
         """True once the conversation no longer fits the model's context (0.1.5+'s check, which
         environments call from ``is_completed``); the rollout then ends, counted as truncated."""

@@ -23,6 +23,7 @@ import json
 import time
 from typing import Any
 
+from verifiers.compat.refused import refusing_getattr
 from verifiers.envs.sandbox_env import SandboxEnv
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import Messages, State
@@ -182,3 +183,7 @@ class PythonEnv(SandboxEnv):
         python_state["execution_count"] += 1
         python_state["cells"] = cells
         return format_python_reply(json.loads(tail), python_state["execution_count"])
+
+
+# Names of upstream's module that are not offered here: refused in one line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers.compat.refused import refusing_getattr
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.errors import ConfigError
 from verifiers.types import Messages, State
 
 __all__ = ["CliAgentEnv", "HarborEnv", "MCPEnv", "OpenEnvEnv", "RefusedEnv"]
+
+# The other names of upstream's modules served from here (mcp_env, cli_agent_env): refused in one
+# line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)
 
 
 class RefusedEnv(MultiTurnEnv):

@@ -25,6 +25,7 @@ import re
 import uuid
 from typing import Any, TypedDict
 
+from verifiers.compat.refused import refusing_getattr
 from verifiers.envs.decorators import cleanup
 from verifiers.envs.stateful_tool import StatefulToolEnv
 from verifiers.errors import ConfigError, SandboxError
@@ -172,3 +173,7 @@ class SandboxEnv(StatefulToolEnv):
     async def destroy_sandbox(self, state: State) -> None:
         await self.post_rollout(state)
         self.active_sandboxes.discard(state.get("sandbox_id") or "")
+
+
+# Names of upstream's module that are not offered here: refused in one line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)

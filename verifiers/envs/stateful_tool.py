@@ -21,6 +21,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from verifiers.compat.refused import refusing_getattr
 from verifiers.envs.tool import ToolEnv
 from verifiers.errors import ConfigError
 from verifiers.types import Messages, State
@@ -96,3 +97,7 @@ def _accepts(fn: Callable[..., Any], name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+# Names of upstream's module that are not offered here: refused in one line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)

@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from verifiers.compat.refused import refusing_getattr
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.errors import ConfigError, ToolCallError, ToolParseError
 from verifiers.types import ChatMessage, Messages, State, Tool
@@ -247,3 +248,7 @@ ToolDef = Tool
 
 def _tool_message(content: str, tool_call_id: str) -> ChatMessage:
     return {"role": "tool", "content": content, "tool_call_id": tool_call_id}
+
+
+# Names of upstream's module that are not offered here: refused in one line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)

@@ -50,7 +50,13 @@ from typing import Any
 
 import requests
 
-from verifiers.errors import ServerError, ServerTimeoutError, ServerUnreachableError, WeightSyncError
+from verifiers.errors import (
+    ConfigError,
+    ServerError,
+    ServerTimeoutError,
+    ServerUnreachableError,
+    WeightSyncError,
+)
 from verifiers.inference import transport
 from verifiers.utils import owned_files
 from verifiers.utils.backoff import Backoff, poll_until
@@ -76,8 +82,17 @@ class VLLMClient:
         update_timeout: float = 300.0,
         max_retries: int = 3,
         openai_kwargs: dict[str, Any] | None = None,
+        group_port: int | None = None,
+        connection_timeout: float | None = None,
     ):
         import os
+
+        if group_port is not None:  # 0.1.4-0.1.6's NCCL group port: the server picks the channel here
+            raise ConfigError(
+                "VLLMClient(group_port=...) is not used: the weight-update channel and its port are "
+                "negotiated with the server",
+                hint="drop group_port=",
+            )
 
         url = (base_url or f"http://{host}:{port}").rstrip("/")
         self.server_url = url[: -len("/v1")] if url.endswith("/v1") else url
@@ -97,6 +112,8 @@ class VLLMClient:
         self._device: str | None = None
         self._staging = transport.StagingFile()  # reused /dev/shm file of the shm transport
         self._nccl: Any = None  # nccl_update.NcclChannel once init_nccl() ran
+        if connection_timeout is not None:  # 0.1.4-0.1.6: wait for the server before returning
+            self.wait_until_ready(timeout=connection_timeout)
 
     # -- the OpenAI side -------------------------------------------------------
     @property

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from verifiers.compat.forms import also_takes
 from verifiers.errors import ConfigError
-from verifiers.rubrics.rubric import Rubric, finite_or_zero
+from verifiers.rubrics.rubric import Rubric, finite_or_zero, score_state, state_form
 from verifiers.types import Info, Messages, RewardFunc, RolloutScore, RolloutScores, State
 from verifiers.utils.logging import warn_once
 
@@ -69,6 +70,7 @@ class RubricGroup(Rubric):
     def get_reward_weights(self) -> list[float]:
         return [weight for rubric in self.rubrics for weight in rubric.get_reward_weights()]
 
+    @also_takes(score_state, when=state_form)
     async def score_rollout(
         self,
         prompt: Messages,

@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from verifiers.compat.refused import refusing_getattr
 from verifiers.errors import MissingExtraError
 from verifiers.parsers.parser import Parser
 from verifiers.parsers.think_parser import ThinkParser
@@ -191,3 +192,7 @@ class MathRubric(Rubric):
         if not response or answer is None or str(answer).strip() == "":
             return 0.0
         return 1.0 if await self.verify(str(answer), str(response)) else 0.0
+
+
+# Names of upstream's module that are not offered here: refused in one line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)

@@ -35,6 +35,7 @@ Scoring rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import math
@@ -45,6 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from verifiers.compat.forms import also_takes
+from verifiers.compat.refused import refusing_getattr
 from verifiers.errors import ConfigError
 from verifiers.failures import REWARD_NONFINITE, REWARD_RAISED
 from verifiers.parsers.parser import Parser
@@ -85,6 +88,27 @@ def reward_func_name(func: Any) -> str:
 def finite_or_zero(value: float) -> float:
     """``value`` if finite, else 0.0 (sums of huge finite scores can overflow)."""
     return value if math.isfinite(value) else 0.0
+
+
+async def score_state(self: Any, state: State, score_sem: Any = None, **kwargs: Any) -> None:
+    """``score_rollout(state, score_sem)``, 0.1.8+'s form: score the rollout the state holds and write
+    ``reward`` and ``metrics`` into it (``score_sem``, when given, is held while scoring)."""
+    async with score_sem if score_sem is not None else contextlib.nullcontext():
+        score = await self.score_rollout(
+            state["prompt"], state["completion"], state.get("answer", ""), state,
+            task=state.get("task", "default"), info=state.get("info"), **kwargs,
+        )  # fmt: skip
+    state["reward"], state["metrics"] = score.reward, score.metrics
+
+
+def state_form(*args: Any, **kwargs: Any) -> bool:
+    """A ``score_rollout`` call in 0.1.8+'s form: a state first (0.1.4's first argument, the
+    prompt, is a string or a list), or the state alone by name."""
+    return (
+        bool(args)
+        and isinstance(args[0], dict)
+        or (not args and "state" in kwargs and "prompt" not in kwargs)
+    )
 
 
 @dataclass
@@ -200,6 +224,19 @@ class Rubric:
 
     def get_reward_funcs(self) -> list[RewardFunc]:
         return list(self.reward_funcs)
+
+    async def teardown(self) -> None:
+        """Release what the rubric holds (0.1.12+; called when its environment is torn down): nothing here."""
+
+    @property
+    def funcs(self) -> list[RewardFunc]:
+        """The reward functions (0.1.8+'s name; ``get_reward_funcs()``)."""
+        return self.get_reward_funcs()
+
+    @property
+    def weights(self) -> list[float]:
+        """Their weights (0.1.8+'s name; ``get_reward_weights()``)."""
+        return self.get_reward_weights()
 
     def get_reward_weights(self) -> list[float]:
         return list(self.reward_weights)
@@ -513,6 +550,7 @@ class Rubric:
             record_reward_errors(state, {spec.name: problem})
         return score
 
+    @also_takes(score_state, when=state_form)
     async def score_rollout(
         self,
         prompt: Messages,
@@ -576,7 +614,9 @@ class Rubric:
                 metrics[f"{spec.name}_error"] = [1.0 if f else 0.0 for f in flags]
         return RolloutScores(reward=[self._weighted(specs, scores) for scores, _ in rows], metrics=metrics)
 
-    async def score_group(self, states: Sequence[State], **kwargs: Any) -> RolloutScores:
+    async def score_group(
+        self, states: Sequence[State], score_sem: Any = None, **kwargs: Any
+    ) -> RolloutScores:
         """Score the rollouts of one example together (0.1.8+), reading each state's ``prompt``,
         ``completion``, ``answer``, ``task`` and ``info``; group functions see all of them at once.
 
@@ -584,7 +624,8 @@ class Rubric:
         minus the group's mean), and its trajectory steps without a reward or advantage get those.
         """
         states = list(states)
-        scores = await self._group_scores(states, kwargs)
+        async with score_sem if score_sem is not None else contextlib.nullcontext():  # 0.1.8-0.1.9
+            scores = await self._group_scores(states, kwargs)
         apply_group_scores(states, scores)
         return scores
 
@@ -663,3 +704,7 @@ def _to_score(result: Any) -> float:
     if not math.isfinite(value):
         raise NonFiniteRewardError(f"returned {value}, not a finite number")
     return value
+
+
+# Names of upstream's module that are not offered here: refused in one line (verifiers.compat.refused).
+__getattr__ = refusing_getattr(__name__)

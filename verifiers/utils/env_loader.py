@@ -122,6 +122,8 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
             f"load_environment of '{env_id}' returned {type(env).__name__}, not a vf.Environment",
             hint="return an Environment such as vf.SingleTurnEnv(...) from it",
         )
+    # 0.1.6+: the environment knows how it was loaded (scripts and reports read these).
+    env.env_id, env.env_args = env_id, dict(env_args)
     return env
 
 
