@@ -17,6 +17,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from verifiers.compat.refused import inherited_entry
+
 _FORMS = "__vf_forms__"
 
 
@@ -100,8 +102,4 @@ walk accepts a signature mismatch of a member listed here (for its class and sub
 
 def other_form(cls: type, name: str) -> str | None:
     """How a listed member of ``cls`` (or of a class it inherits from) handles other releases' forms."""
-    for klass in cls.__mro__:
-        note = OTHER_FORMS.get((klass.__name__, name))
-        if note is not None:
-            return note
-    return None
+    return inherited_entry(OTHER_FORMS, cls, name)

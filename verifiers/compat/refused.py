@@ -457,13 +457,19 @@ def refusing_getattr(module: str) -> Callable[[str], Any]:
     return __getattr__
 
 
+def inherited_entry(table: dict[tuple[str, str], str], cls: type, name: str) -> str | None:
+    """``table``'s entry for ``(class name, name)`` of the first class of ``cls``'s MRO that has one:
+    a class's entries hold for its subclasses."""
+    for klass in cls.__mro__:
+        entry = table.get((klass.__name__, name))
+        if entry is not None:
+            return entry
+    return None
+
+
 def member_refusal(cls: type, name: str) -> str | None:
     """Why ``name`` is refused on ``cls`` (an entry of any class of its MRO), or None."""
-    for klass in cls.__mro__:
-        reason = REFUSED_MEMBERS.get((klass.__name__, name))
-        if reason is not None:
-            return reason
-    return None
+    return inherited_entry(REFUSED_MEMBERS, cls, name)
 
 
 def refuse_member(obj: Any, name: str) -> NoReturn:
