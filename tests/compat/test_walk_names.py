@@ -126,8 +126,23 @@ def test_vllm_client_0_1_4_arguments():
     from verifiers.errors import ServerUnreachableError
     from verifiers.inference.client import VLLMClient
 
-    with pytest.raises(ConfigError, match="group_port"):
-        VLLMClient(port=8000, group_port=51216)
+    # group_port: the NCCL group's port when the sync goes over NCCL (a free one when not given)
+    seen = []
+    import verifiers.inference.nccl_update as nccl_update
+
+    class Channel:
+        def __init__(self, client, address, port):
+            seen.append(port)
+
+    client = VLLMClient(port=8000, group_port=51216)
+    client.health = lambda: {}
+    real, nccl_update.NcclChannel = nccl_update.NcclChannel, Channel
+    try:
+        client.init_nccl()
+        client.init_nccl(master_port=40000)
+    finally:
+        nccl_update.NcclChannel = real
+    assert seen == [51216, 40000]
     with pytest.raises(ServerUnreachableError):  # waited (briefly) for a server, as 0.1.4 did
         VLLMClient(port=free_port(), connection_timeout=0.5)
     VLLMClient(port=free_port())  # without it, no wait

@@ -51,7 +51,6 @@ from typing import Any
 import requests
 
 from verifiers.errors import (
-    ConfigError,
     ServerError,
     ServerTimeoutError,
     ServerUnreachableError,
@@ -87,13 +86,6 @@ class VLLMClient:
     ):
         import os
 
-        if group_port is not None:  # 0.1.4-0.1.6's NCCL group port: the server picks the channel here
-            raise ConfigError(
-                "VLLMClient(group_port=...) is not used: the weight-update channel and its port are "
-                "negotiated with the server",
-                hint="drop group_port=",
-            )
-
         url = (base_url or f"http://{host}:{port}").rstrip("/")
         self.server_url = url[: -len("/v1")] if url.endswith("/v1") else url
         self.api_key = api_key or os.environ.get("VLLM_API_KEY") or "EMPTY"
@@ -112,6 +104,9 @@ class VLLMClient:
         self._device: str | None = None
         self._staging = transport.StagingFile()  # reused /dev/shm file of the shm transport
         self._nccl: Any = None  # nccl_update.NcclChannel once init_nccl() ran
+        # 0.1.4-0.1.6: the port of the NCCL group with the server (when the sync goes over NCCL);
+        # None picks a free one.
+        self.group_port = group_port
         if connection_timeout is not None:  # 0.1.4-0.1.6: wait for the server before returning
             self.wait_until_ready(timeout=connection_timeout)
 
@@ -523,7 +518,9 @@ class VLLMClient:
 
         health = self.health()  # the server process the group is made with
         self._drop_gpu_channel()
-        channel = NcclChannel(self, master_address, master_port)
+        channel = NcclChannel(
+            self, master_address, master_port if master_port is not None else self.group_port
+        )
         channel.server_instance = health.get("instance_id")
         self._nccl = channel
 
