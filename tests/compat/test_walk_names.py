@@ -186,3 +186,46 @@ def test_refused_names_fail_at_import_in_one_line(statement, reason):
     with pytest.raises(RefusedNameError) as info:
         exec(statement, {})
     assert reason in str(info.value) and "\n" not in str(info.value)
+
+
+class _GuessV018(vf.MultiTurnEnv):
+    """A 0.1.8+-style game: is_completed(state) extends the base with super().is_completed(state)."""
+
+    async def is_completed(self, state, **kwargs):
+        return await super().is_completed(state) or state["turn"] >= 2
+
+    async def env_response(self, messages, state, **kwargs):
+        return [{"role": "user", "content": "again"}]
+
+
+class _ToolV018(vf.ToolEnv):
+    async def is_completed(self, state, **kwargs):
+        state["asked_in_state_form"] = True
+        return await super().is_completed(state)
+
+
+def _add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def test_an_is_completed_override_in_the_0_1_8_form_is_called_so_and_reaches_the_base():
+    from datasets import Dataset
+    from openai import AsyncOpenAI
+
+    from tests.fakeserver import FakeServer
+
+    data = Dataset.from_list([{"question": "q", "answer": "a"}])
+    game = _GuessV018(dataset=data, max_turns=5)
+    tools = _ToolV018(dataset=data, tools=[_add], max_turns=5)
+    assert game.later_api  # an override written for 0.1.8+ puts the module in that form
+    with FakeServer() as server:
+        client = AsyncOpenAI(base_url=server.url, api_key="EMPTY")
+        state = game.evaluate(client, "fake-model", num_examples=1, rollouts_per_example=1).state[0]
+        assert state["turn"] == 2 and state.get("failure") is None
+        out = tools.evaluate(client, "fake-model", num_examples=1, rollouts_per_example=1).state[0]
+        # the fake server's reply has no tool calls: ToolEnv's own check, reached from the state form
+        assert out["asked_in_state_form"] and out["stop_condition"] == "no_tools_called" and out["turn"] == 1
+    # and the base's state form on its own: max_turns reached, stop conditions
+    assert asyncio.run(vf.MultiTurnEnv.is_completed(game, {"turn": 5})) is True
+    assert asyncio.run(vf.MultiTurnEnv.is_completed(game, {"turn": 1})) is False

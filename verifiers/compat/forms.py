@@ -65,10 +65,6 @@ OTHER_FORMS: dict[tuple[str, str], str] = {
     ),
     ("Environment", "rollout"): "abstract here; MultiTurnEnv's (every environment's) takes both forms",
     ("EnvGroup", "rollout"): "routes to the member environment's rollout, which takes both forms",
-    ("MultiTurnEnv", "is_completed"): (
-        "0.1.4's is_completed(messages, state) is called and overridable; 0.1.8+ modules end rollouts with "
-        "@vf.stop methods (taken), not by calling is_completed(state)"
-    ),
     ("Environment", "get_model_response"): f"0.1.9+'s state= argument is not taken; {_EARLIER}",
     ("Environment", "init_state"): (
         "0.1.8+'s init_state(input, client, model, sampling_args) is taken; 0.1.6-0.1.7's "

@@ -15,11 +15,13 @@ stops the other rollouts.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from abc import abstractmethod
 from typing import Any
 
+from verifiers.compat.forms import also_takes
 from verifiers.envs.dataset_format import clean_prompt
 from verifiers.envs.decorators import find_hooks
 from verifiers.envs.environment import Environment
@@ -62,6 +64,35 @@ class MultiTurnMonitorRubric(Rubric):
         return float(len(state.get("trajectory") or state.get("turn_tokens") or []))
 
 
+def _state_only(args: tuple, kwargs: dict) -> bool:
+    """An ``is_completed`` call in 0.1.8+'s form, ``(state)``, not 0.1.4's ``(messages, state)``
+    (messages are a string or a list; a state is a dict)."""
+    if args:
+        return len(args) == 1 and isinstance(args[0], dict) and "state" not in kwargs
+    return "state" in kwargs and "messages" not in kwargs
+
+
+def completed_from_state(method: Any) -> Any:
+    """``method``, an ``is_completed(messages, state)``, also taking 0.1.8+'s ``is_completed(state)``
+    (as in a subclass's ``await super().is_completed(state)``): the messages are then the
+    conversation so far, the state's prompt and completion."""
+
+    async def from_state(self: Any, state: State, **kwargs: Any) -> bool:
+        messages = _concat(clean_prompt(state.get("prompt") or []), state.get("completion") or [])
+        return bool(await resolve(method(self, messages, state, **kwargs)))
+
+    return also_takes(from_state, when=lambda *a, **k: _state_only(a, k))(method)
+
+
+def _written_for_state(method: Any) -> bool:
+    """Whether an ``is_completed`` override is written in 0.1.8+'s form, ``(self, state, ...)``."""
+    try:
+        params = [p for p in inspect.signature(method).parameters.values() if p.name != "self"]
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0].name == "state"
+
+
 class MultiTurnEnv(Environment):
     """Subclasses implement ``is_completed`` and ``env_response``; ``setup_state`` is optional.
 
@@ -73,7 +104,9 @@ class MultiTurnEnv(Environment):
     def __init__(self, max_turns: int = -1, **kwargs: Any):
         self.max_turns = max_turns
         super().__init__(**kwargs)
-        if any(self._overrides(name) for name in _PROMPT_HOOKS):
+        if any(self._overrides(name) for name in _PROMPT_HOOKS) or _written_for_state(
+            type(self).is_completed
+        ):
             self.later_api = True  # these hooks are 0.1.8+ API: the module is in that form
         if self.later_api:
             # 0.1.8+ tracks the number of model turns of every rollout (weight 0).
@@ -138,6 +171,7 @@ class MultiTurnEnv(Environment):
         environments call from ``is_completed``); the rollout then ends, counted as truncated."""
         return bool(state.get("prompt_too_long", False))
 
+    @completed_from_state
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         """True when the rollout is done; called after every model turn (an override may be sync).
 
@@ -147,6 +181,13 @@ class MultiTurnEnv(Environment):
         """
         # Stop conditions first, so a condition that coincides with max_turns is the one named.
         return await self._stop_reached(state) or await self.max_turns_reached(state)
+
+    async def _ask_is_completed(self, messages: Messages, state: State, kwargs: dict[str, Any]) -> bool:
+        """Ask ``is_completed`` in the form the environment's class wrote it in: ``(state)`` (0.1.8+)
+        or ``(messages, state)`` (0.1.4)."""
+        if _written_for_state(type(self).is_completed):
+            return bool(await resolve(self.is_completed(state, **kwargs)))
+        return bool(await resolve(self.is_completed(messages, state, **kwargs)))
 
     async def _stop_reached(self, state: State) -> bool:
         """Check the ``@vf.stop`` methods in priority order; the first true one ends the rollout
@@ -292,7 +333,7 @@ class MultiTurnEnv(Environment):
         while True:
             if ask_before_each_call and state["turn"] > 0:  # not before the first: see docs/migrating.md
                 try:
-                    if await resolve(self.is_completed(messages, state, **kwargs)):
+                    if await self._ask_is_completed(messages, state, kwargs):
                         if state.get("stop_condition") is None:
                             state["stop_condition"] = "is_completed"
                         break
@@ -369,7 +410,7 @@ class MultiTurnEnv(Environment):
                 # The next prompt holds everything so far, so its reply gets at most what is left.
                 args["max_tokens"] = min(args.get("max_tokens") or total_cap, total_cap - used_total)
             try:
-                if await resolve(self.is_completed(messages, state, **kwargs)):
+                if await self._ask_is_completed(messages, state, kwargs):
                     state.setdefault("stop_condition", None)
                     if state["stop_condition"] is None:
                         at_limit = self.max_turns > 0 and state["turn"] >= self.max_turns

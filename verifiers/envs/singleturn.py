@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifiers.envs.multiturn import MultiTurnEnv
+from verifiers.envs.multiturn import MultiTurnEnv, completed_from_state
 from verifiers.types import Messages, State
 
 
@@ -15,6 +15,7 @@ class SingleTurnEnv(MultiTurnEnv):
         kwargs.pop("max_turns", None)  # always exactly one turn
         super().__init__(max_turns=1, **kwargs)
 
+    @completed_from_state
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         return True
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verifiers.compat.refused import refusing_getattr
-from verifiers.envs.multiturn import MultiTurnEnv
+from verifiers.envs.multiturn import MultiTurnEnv, completed_from_state
 from verifiers.errors import ConfigError, ToolCallError, ToolParseError
 from verifiers.types import ChatMessage, Messages, State, Tool
 from verifiers.utils.async_utils import call_maybe_async
@@ -133,6 +133,7 @@ class ToolEnv(MultiTurnEnv):
                     del monitor._specs[i], monitor.reward_funcs[i], monitor.reward_weights[i]
                     break
 
+    @completed_from_state
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         # Done after an assistant turn without tool calls (as 0.1.4): not before the first model
         # call, and not after the tool replies, when the model has still to read them.
