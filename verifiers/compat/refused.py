@@ -266,6 +266,11 @@ REFUSED_NAMES: dict[tuple[str, str], str] = {
     ("verifiers", "setup"): _V014_TASKS,
     ("verifiers", "update"): _V014_TASKS,
     ("verifiers", "RolloutGatewayMixin"): _GATEWAY,
+    ("verifiers", "RendererClient"): _CLIENT_LAYER,
+    ("verifiers", "BrowserEnv"): (
+        "0.1.10+'s browser-automation environment (Stagehand/Playwright browsers, by default hosted on "
+        "Browserbase with its API key); expose the browser actions as Python tools in a vf.StatefulToolEnv"
+    ),
     # -- verifiers.utils.* ---------------------------------------------------------------------
     ("verifiers.utils.async_utils", "maybe_retry"): (
         "retried a rollout on upstream's vf.InfraError / InvalidModelResponseError in its state; "
