@@ -20,12 +20,12 @@ from pathlib import Path
 import verifiers as vf
 from verifiers.inference.parent_watch import launcher_env
 
-# vLLM-CPU settings every benchmark uses: eager fp32 (no compile time, the trainer's dtype),
-# chunked prefill off (a vLLM-CPU bug with seeded, chunked prompts), a fixed 1 GiB KV cache
-# unless ``vllm_server(kv_tokens=...)`` sizes it to the run.
+# vLLM-CPU settings every benchmark uses: eager (no compile time), the trainer's dtype
+# (``vllm_server(dtype=...)``, fp32 unless a benchmark says), chunked prefill off (a vLLM-CPU bug
+# with seeded, chunked prompts), a fixed 1 GiB KV cache unless ``vllm_server(kv_tokens=...)``
+# sizes it to the run.
 SERVER_FLAGS = (
-    "--enforce-eager", "--dtype", "float32", "--max-model-len", "1024", "--no-enable-chunked-prefill",
-    "--max-num-seqs", "64",
+    "--enforce-eager", "--max-model-len", "1024", "--no-enable-chunked-prefill", "--max-num-seqs", "64",
 )  # fmt: skip
 KV_FLAGS = ("--kv-cache-memory-bytes", str(1 << 30))
 
@@ -66,6 +66,7 @@ def vllm_server(
     cpus: str | None = None,
     env: dict[str, str] | None = None,
     kv_tokens: int | None = None,
+    dtype: str = "float32",
 ) -> Iterator[float]:
     """A vf-vllm server; yields its start-up time (a float with ``.pid``), stops it (process group) after.
 
@@ -78,7 +79,7 @@ def vllm_server(
 
     cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", model_dir, "--port", str(port)]
     kv = ("--kv-cache-tokens", str(kv_tokens)) if kv_tokens else KV_FLAGS
-    cmd += [*SERVER_FLAGS, *kv, *extra_args]
+    cmd += [*SERVER_FLAGS, "--dtype", dtype, *kv, *extra_args]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     with open(log_path, "ab") as log:
@@ -169,3 +170,45 @@ def matmul_flops(n: int = 2048, repeats: int = 10) -> float:
         torch.matmul(a, b, out=out)
         best = min(best, time.perf_counter() - t0)
     return 2.0 * n**3 / best
+
+
+def matmul_rates(n: int = 2048, repeats: int = 10) -> dict[str, float]:
+    """Best FLOP/s of an ``n x n`` matmul in fp32 and in bf16 (this machine's two peaks)."""
+    from verifiers.utils.compute_dtype import matmul_rate
+
+    return {"float32": matmul_rate("float32", n, repeats), "bfloat16": matmul_rate("bfloat16", n, repeats)}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), for saying which machine a run was on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
+
+
+_SPIN = "import os, sys\nos.nice(int(sys.argv[1]))\nwhile True:\n    pass\n"
+
+
+@contextlib.contextmanager
+def neighbour(processes: int, nice: int = 0) -> Iterator[list[int]]:
+    """``processes`` busy neighbours, each a Python process spinning on one core (unpinned: the
+    kernel places it, as a user's other work), at ``nice``; stopped on exit. Yields their pids.
+
+    Users' machines are rarely quiet: a compile, a browser, another job."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _SPIN, str(nice)], start_new_session=True)
+        for _ in range(processes)
+    ]
+    try:
+        time.sleep(0.5 if procs else 0)  # running before anything is measured
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)

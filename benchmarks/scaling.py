@@ -402,7 +402,7 @@ def main() -> None:
             "suppress EOS until then. mask_truncated_completions is off in both (every completion ends at the "
             "limit). completion_len_mean per point shows what was generated",
             "server": {
-                "flags": [*SERVER_FLAGS, *shlex.split(args.server_args)],
+                "flags": [*SERVER_FLAGS, "--dtype", "float32", *shlex.split(args.server_args)],
                 "kv_cache_tokens": kv,
                 "cpus": args.server_cpus,
                 "note": "one vf-vllm server for all of ours' points, its KV cache sized for the largest "

@@ -13,6 +13,11 @@
    (``VLLMClient.update_weights``, target <= 1 s on CPU) and a LoRA adapter swap
    (r=8 on q/k/v/o, ``update_lora``, target <= 0.1 s), each repeated; medians reported.
 
+``--neighbour N`` runs both servers beside N busy processes (each spinning on one core,
+unpinned, at ``--neighbour-nice``): the throughput ratio should hold there too, since a
+user's machine is rarely quiet (vf-vllm then leaves the busy cores to the neighbour,
+inference/cpu_binding.py).
+
 Prints a markdown table, writes JSON (default ``outputs/benchmarks/server.json``) and
 ends with ``server_ratio=R full_sync_s=F lora_sync_s=L``.
 
@@ -199,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds", type=int, default=1, help="start each server this many times, alternating first"
     )
     p.add_argument("--batches", type=int, default=2, help="passes over the requests per server start")
+    p.add_argument("--neighbour", type=int, default=0,
+                   help="busy processes beside the servers, each spinning on one core (0: a quiet machine)")  # fmt: skip
+    p.add_argument("--neighbour-nice", type=int, default=0, help="their nice value (19: lowest priority)")
     p.add_argument("--out", default="outputs/benchmarks/server.json")
     p.add_argument("--log-dir", default=None, help="server logs (default: a temp dir)")
     args = p.parse_args(argv)
@@ -243,11 +251,16 @@ def main(argv: list[str] | None = None) -> int:
             if timed_syncs:
                 results.update(time_syncs(port, args.model, args.repeats, lora=not args.no_lora))
 
+    from _common import cpu_model, neighbour
+
+    results.update(cpu=cpu_model(), cores=os.cpu_count(),
+                   neighbour={"processes": args.neighbour, "nice": args.neighbour_nice})  # fmt: skip
     # Rounds alternate which server goes first, so a drift in the machine's load cancels out.
-    for r in range(args.rounds):
-        order = ("vllm", "vf_vllm") if r % 2 == 0 else ("vf_vllm", "vllm")
-        for name in order:
-            serve(name, timed_syncs=name == "vf_vllm" and r == 0)
+    with neighbour(args.neighbour, args.neighbour_nice):
+        for r in range(args.rounds):
+            order = ("vllm", "vf_vllm") if r % 2 == 0 else ("vf_vllm", "vllm")
+            for name in order:
+                serve(name, timed_syncs=name == "vf_vllm" and r == 0)
     for name, rs in runs.items():
         results[name] = {
             "tok_per_s": max(x["tok_per_s"] for x in rs),  # other load only slows a pass: the best is truest
@@ -274,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
+    beside = (
+        f", beside {args.neighbour} busy process(es) at nice {args.neighbour_nice}" if args.neighbour else ""
+    )
+    print(f"{results['cpu']}, {results['cores']} cores{beside}")
     print(f"wrote {out}; server logs in {log_dir}")
     print(f"server_ratio={ratio:.3f} full_sync_s={results['full_sync_s']:.3f} lora_sync_s={lora_s:.3f}")
     return 0

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import gc
 import hashlib
+import math
 import threading
 
 import pytest
@@ -228,6 +229,24 @@ def test_three_steps_change_every_parameter_and_sync_each_step(tiny_model_dir, f
     assert no_generator_threads()
 
 
+def test_cpu_bf16_computes_in_bf16_and_keeps_fp32_masters(tiny_model_dir, fake_server, tmp_path):
+    """bf16 on a CPU (what AUTO picks where bf16 matmul is clearly faster): the layers compute in
+    bf16 under accelerate's CPU autocast, the weights and optimizer stay fp32, and the step learns."""
+    client = RecordingClient(fake_server)
+    trainer = make_trainer(tiny_model_dir, client, grpo_args(tmp_path, bf16=True, max_steps=2))
+    seen: set[torch.dtype] = set()
+    layer = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.Linear))
+    layer.register_forward_hook(lambda m, i, out: seen.add(out.dtype))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert torch.bfloat16 in seen  # the policy's forward ran in bf16
+    params = dict(trainer.model.named_parameters())
+    assert {p.dtype for p in params.values()} == {torch.float32}  # fp32 masters
+    assert not [n for n, p in before.items() if torch.equal(p, params[n].detach())]
+    logs = train_log(trainer)
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+
+
 def test_lora_without_server_support_falls_back_to_merged_sync(tiny_model_dir, fake_server, tmp_path):
     client = RecordingClient(fake_server, lora_enabled=False)
     trainer = make_trainer(
@@ -259,6 +278,39 @@ def test_lora_sync_sends_adapter_and_uses_kl_to_base(tiny_model_dir, fake_server
     trainer.train()
     assert [kind for kind, _ in client.syncs] == ["lora"] * 3
     assert all("kl" in h for h in train_log(trainer))
+
+
+def test_cpu_bf16_lora_stores_the_frozen_base_in_bf16_with_equal_results(
+    tiny_model_dir, fake_server, tmp_path
+):
+    """Under bf16 autocast the frozen Linear weights of a LoRA base are stored in bf16 once (autocast
+    would cast them at every matmul): the same log-probs, fp32 adapters, fp32 embeddings."""
+    from verifiers.training.loss.logprobs import sequence_logprobs
+
+    client = RecordingClient(fake_server, lora_enabled=False)  # merged syncs: the bf16 base plus the delta
+    ids = torch.randint(0, 200, (2, 24))
+    attn = torch.ones_like(ids)
+    model, _ = vf.get_model_and_tokenizer(str(tiny_model_dir))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want, _ = sequence_logprobs(model, ids, attn, 8)
+    trainer = make_trainer(
+        tiny_model_dir,
+        client,
+        grpo_args(tmp_path, bf16=True, max_steps=2),
+        peft_config=vf.lora_defaults(r=4, alpha=8),
+    )
+    base = trainer.model.get_base_model()
+    dtypes = {n: p.dtype for n, p in trainer.model.named_parameters()}
+    assert {d for n, d in dtypes.items() if "lora_" in n} == {torch.float32}
+    assert {d for n, d in dtypes.items() if n.endswith("proj.base_layer.weight")} == {torch.bfloat16}
+    assert base.get_input_embeddings().weight.dtype == torch.float32
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), trainer.model.disable_adapter():
+        got, _ = sequence_logprobs(trainer.model, ids, attn, 8)
+    assert torch.equal(got, want)
+    trainer.train()
+    assert [kind for kind, _ in client.syncs] == ["full"] * 3
+    logs = train_log(trainer)
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
 
 
 class CycleCount(TrainerCallback):

@@ -23,6 +23,10 @@ Differences from ``vllm serve``, each on purpose:
   wins (it must not contradict ``--weight-transfer``).
 * ``--logprobs-mode`` defaults to ``processed_logprobs`` (the temperature-scaled
   policy that sampled, which the trainer scores), not raw logits.
+* On CPU without ``--dtype``, the dtype the CPU computes fastest
+  (verifiers/utils/compute_dtype.py: bf16 where its matmul is at least 1.5x fp32's,
+  else fp32; ``VF_CPU_DTYPE`` fixes it) instead of vLLM's ``auto``, which serves an
+  fp32 model in bf16 on every x86 CPU, emulated where the CPU has no bf16. One line says which.
 * On CPU, chunked prefill is off unless asked for: vLLM-CPU fails seeded
   requests whose prompt is chunked, and GRPO seeds every rollout.
 * On CPU, without ``--kv-cache-memory-bytes`` / ``--gpu-memory-utilization`` (or
@@ -374,6 +378,8 @@ def parse_args(argv: Sequence[str] | None = None):
         # vLLM-CPU fails a seeded request whose prompt is split across engine steps
         # ("CPU Generator does not use offset"); GRPO seeds every rollout.
         args.enable_chunked_prefill = False
+    if current_platform.is_cpu() and "--dtype" not in given and str(args.dtype) == "auto":
+        print(f"vf-vllm: serving in {choose_cpu_dtype(args)}", file=sys.stderr)
     if current_platform.is_cpu():
         world = args.tensor_parallel_size * args.pipeline_parallel_size * (args.data_parallel_size or 1)
         line = bind_all_cores(world)
@@ -393,6 +399,17 @@ def parse_args(argv: Sequence[str] | None = None):
             file=sys.stderr,
         )
     return args, settings
+
+
+def choose_cpu_dtype(args) -> str:
+    """``--dtype`` on CPU when not given: the machine's compute dtype (verifiers/utils/compute_dtype.py),
+    which is also what the trainer computes in. vLLM's ``auto`` would serve an fp32 model in bf16 on
+    every x86 CPU, even one that emulates bf16 slower than fp32. Returns the line's text."""
+    from verifiers.utils.compute_dtype import cpu_compute_dtype
+
+    choice = cpu_compute_dtype()
+    args.dtype = choice.dtype
+    return f"{choice.dtype} ({choice.reason}; --dtype chooses)"
 
 
 def physical_gpu_count() -> int | None:

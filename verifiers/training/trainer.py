@@ -85,6 +85,7 @@ from verifiers.training.weights.sync import (
     zero3_gather,
     zero3_reference,
 )
+from verifiers.utils.cpu_load import threads_beside_load
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.trainer")
@@ -168,6 +169,9 @@ class GRPOTrainer(Trainer):
         PromptTruncation(dataset, env, processing_class, args.max_prompt_length).check_fits()
         super().__init__(model=model, args=args, callbacks=callbacks, optimizers=optimizers, **data)
         self._keep_fp32_master_weights()
+        self._frozen_linears_in_autocast_dtype()
+        if self.args.device.type == "cpu" and (line := threads_beside_load(self.args.world_size)):
+            logger.info(line)  # a thread on a core another process keeps busy holds the others back
         self.server = ServerLink(args, self.accelerator, client)
         self.ref_model = None
         if args.beta > 0 and not is_peft_model(self.model):  # with PEFT: the adapter-disabled model
@@ -234,6 +238,40 @@ class GRPOTrainer(Trainer):
                 str(dtype).removeprefix("torch."),
                 compute,
                 str(dtype).removeprefix("torch."),
+            )
+
+    def _frozen_linears_in_autocast_dtype(self) -> None:
+        """Under bf16/fp16 autocast, store the frozen weights of the body's Linear layers (a LoRA
+        base) in that dtype, once.
+
+        Autocast casts a weight at every matmul and keeps the cast only for leaves that require
+        grad, so a frozen fp32 base (how a model loads on CPU) is cast again in every forward and
+        backward. Stored in the compute dtype, each matmul reads the values autocast's cast gave
+        (the same rounding), so results do not change; on CPU (SmolLM2 + LoRA, 700 tokens,
+        forward + backward) 2.24 s became 1.95 s, and the base takes half the memory. Left
+        alone: trainable weights (fp32 masters), the input and output embeddings (a lookup or
+        the chunked head reads them outside a Linear's forward), and DeepSpeed/FSDP models
+        (their engines own the parameters)."""
+        half = torch.bfloat16 if self.args.bf16 else (torch.float16 if self.args.fp16 else None)
+        if half is None or self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return
+        model = self._unwrap(self.model)
+        skip = {
+            id(m.weight)
+            for m in (model.get_input_embeddings(), model.get_output_embeddings())
+            if m is not None
+        }
+        cast = 0
+        for module in model.modules():
+            if type(module) is not torch.nn.Linear or id(module.weight) in skip:
+                continue
+            for p in (module.weight, module.bias):
+                if p is not None and not p.requires_grad and p.dtype == torch.float32:
+                    p.data = p.data.to(half)
+                    cast += 1
+        if cast and self.is_world_process_zero():
+            logger.info(
+                "%d frozen Linear tensors stored in %s (the autocast dtype they compute in)", cast, half
             )
 
     # ---- Trainer hooks: data -------------------------------------------------------------------

@@ -48,6 +48,8 @@ from typing import Any
 
 from verifiers.cli.common import run_cli
 from verifiers.cli.install import find_environment_folder, install_environment
+from verifiers.utils.compute_dtype import ENV as COMPUTE_DTYPE_ENV
+from verifiers.utils.compute_dtype import cpu_compute_dtype
 from verifiers.cli.rl.launcher import Launcher, Side
 from verifiers.cli.rl.shared_gpu import (
     Layout,
@@ -233,6 +235,10 @@ def build_plan(
         trainer_cmd = [sys.executable, *train_args]
     logs = config.output_dir / "logs"
     base = {"PYTHONUNBUFFERED": "1"}
+    if layout.kind == "cpu" and not os.environ.get(COMPUTE_DTYPE_ENV):
+        # Measured once here (RLConfig's check above already did): the server's dtype and the
+        # trainer's bf16 AUTO then follow one choice, even on a CPU where the ratio is borderline.
+        base[COMPUTE_DTYPE_ENV] = cpu_compute_dtype().dtype
     trainer_env = {**base, **trainer_template_env(server_args)}
     if tr.num_processes > 1 and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in os.environ:
         # torchrun SIGKILLs its workers this many seconds after passing on a Ctrl-C/SIGTERM (30 by

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import importlib.util
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,9 +362,12 @@ def grpo_defaults(run_name: str, preset: str = "default", **overrides: Any) -> G
     ``max_seq_len`` 2048, a checkpoint every 50 steps, no reporting).
     Both: a step is 4 prompts × 8 completions, in bf16 where the hardware has it.
 
-    Never fails for lack of hardware: without a bf16-capable accelerator it trains in fp32
-    (one warning); ``bf16=True`` with ``use_cpu=True`` is kept (CPU bf16 autocast, asked for
-    explicitly). The preset's ``report_to="wandb"`` without wandb installed reports to
+    Never fails for lack of hardware. ``bf16`` left to the preset (AUTO): on a bf16-capable
+    GPU; on a machine without CUDA where this CPU's bf16 matmul is clearly faster than its fp32
+    (measured once, utils/compute_dtype.py; then ``use_cpu=True`` for accelerate's CPU autocast,
+    with fp32 master weights), else fp32; one line says which. ``bf16=True`` given on a machine
+    without CUDA trains under CPU bf16 autocast as asked (fp32 with one warning under DeepSpeed,
+    whose CPU bf16 path is untested here, or on a GPU without bf16). The preset's ``report_to="wandb"`` without wandb installed reports to
     tensorboard if installed, else nowhere (one warning); a ``report_to`` naming wandb given
     here is refused in one line instead. Checkpoints hold the model only
     (``save_only_model=True``); pass ``False`` to resume exactly.
@@ -376,15 +380,7 @@ def grpo_defaults(run_name: str, preset: str = "default", **overrides: Any) -> G
     if "report_to" in overrides:  # the user's own choice: refused, not replaced, when wandb is missing
         check_report_to(overrides["report_to"], "report_to")
     args.update(overrides)
-    if args.get("bf16") is AUTO:
-        args["bf16"] = True  # then off below without a bf16-capable accelerator
-    if args.get("bf16") and not (args.get("use_cpu") and overrides.get("bf16")) and not _bf16_accelerator():
-        warn_once(
-            logger,
-            "grpo_defaults.bf16",
-            "no bf16-capable GPU found: training in fp32 (bf16=False); expect it to be slow on CPU",
-        )
-        args["bf16"] = False
+    resolve_bf16(args)
     args["report_to"] = _available_report_to(args.get("report_to"))
     return GRPOConfig(**args)
 
@@ -396,6 +392,46 @@ def _bf16_accelerator() -> bool:
     from transformers.utils import is_torch_bf16_gpu_available
 
     return bool(is_torch_bf16_gpu_available())
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _deepspeed(args: dict[str, Any]) -> bool:
+    return bool(args.get("deepspeed")) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in (
+        "1",
+        "true",
+    )
+
+
+def resolve_bf16(args: dict[str, Any]) -> None:
+    """``args["bf16"]`` (and ``use_cpu`` for CPU autocast) as the machine allows, in place; see
+    ``grpo_defaults`` (RLConfig.to_grpo_config resolves its AUTO the same way)."""
+    from verifiers.training.config.presets import bf16_auto
+
+    cuda = _cuda()
+    if args.get("bf16") is AUTO:
+        choice = bf16_auto(cuda, cuda and _bf16_accelerator(), _deepspeed(args))
+        (logger.warning if choice.warn else logger.info)("bf16: %s", choice.line)
+        args["bf16"] = choice.bf16
+        if choice.use_cpu and args.get("use_cpu") is None:
+            args["use_cpu"] = True
+        return
+    if not args.get("bf16"):
+        return
+    if cuda and not _bf16_accelerator():
+        reason = "this GPU has no bf16"
+    elif not cuda and _deepspeed(args):
+        reason = "DeepSpeed on CPU runs without bf16 here"
+    else:
+        if not cuda and args.get("use_cpu") is None:
+            args["use_cpu"] = True  # bf16 asked on a CPU-only machine: accelerate's CPU autocast
+        return
+    warn_once(logger, "grpo_defaults.bf16", "bf16=True: %s; training in fp32 (bf16=False)", reason)
+    args["bf16"] = False
 
 
 def _installed(module: str) -> bool:

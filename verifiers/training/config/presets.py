@@ -39,7 +39,7 @@ class _Sentinel:
 
 
 FIELD = _Sentinel("FIELD")  # the field's own default (fields.py, or TrainingArguments')
-AUTO = _Sentinel("AUTO")  # bf16: on where a bf16-capable GPU is present (presets.bf16_auto)
+AUTO = _Sentinel("AUTO")  # bf16: on where the hardware computes it fast (presets.bf16_auto)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,8 @@ PRESET_TABLE: tuple[Row, ...] = (
     Row("gradient_checkpointing", True, FIELD, FIELD,
         "the 0.1.x full-model value (memory); small models train faster without it"),
     Row("bf16", AUTO, AUTO, AUTO,
-        "bf16 where a bf16-capable GPU is present, else fp32 (grpo_defaults: one warning)"),
+        "bf16 on a bf16-capable GPU, and on a CPU-only machine whose bf16 matmul is at least 1.5x its fp32 "
+        "(measured at start; fp32 master weights, fp32 log-softmax); else fp32 (one line says which)"),
     Row("save_strategy", "steps", "steps", "steps", "checkpoints every save_steps"),
     Row("save_steps", 500, 50, 50,
         "small runs are short: a checkpoint every 50 steps (the last step is saved too)"),
@@ -125,9 +126,50 @@ def preset_values(preset: str) -> dict[str, Any]:
     return {row.field: row.value(preset) for row in PRESET_TABLE if row.value(preset) is not FIELD}
 
 
-def bf16_auto(available: bool) -> bool:
-    """AUTO for ``bf16``: on exactly where a bf16-capable GPU is present."""
-    return bool(available)
+@dataclass(frozen=True)
+class Bf16Choice:
+    """What AUTO means for ``bf16`` on this machine, and the one line that says so."""
+
+    bf16: bool
+    use_cpu: bool  # CPU bf16 autocast: accelerate's CPU mode (transformers refuses bf16 without it)
+    line: str
+    warn: bool  # a warning (fp32 on a GPU without bf16) rather than an info line
+
+
+def bf16_auto(cuda: bool, gpu_bf16: bool, deepspeed: bool, cpu: Any = None) -> Bf16Choice:
+    """AUTO for ``bf16``: on a bf16-capable GPU; on a machine without CUDA, what ``cpu`` (a
+    ``utils.compute_dtype.ComputeDtype``, measured when None) chose; else fp32.
+
+    DeepSpeed on CPU keeps fp32: its CPU path with bf16 is not one this project tests.
+    """
+    if cuda:
+        if gpu_bf16:
+            return Bf16Choice(True, False, "bf16 on a bf16-capable GPU", False)
+        return Bf16Choice(False, False, "this GPU has no bf16: training in fp32 (bf16=False)", True)
+    if deepspeed:
+        return Bf16Choice(False, False, "DeepSpeed on CPU: training in fp32 (bf16=False)", False)
+    if cpu is None:
+        from verifiers.utils.compute_dtype import cpu_compute_dtype
+
+        cpu = cpu_compute_dtype()
+    if cpu.bf16:
+        return Bf16Choice(
+            True, True, f"training in bf16 autocast with fp32 master weights: {cpu.line()}", False
+        )
+    return Bf16Choice(False, False, f"training in fp32 (bf16=False): {cpu.line()}", False)
+
+
+def machine_bf16_auto(deepspeed: bool) -> Bf16Choice:
+    """:func:`bf16_auto` for this machine (CUDA and its bf16 support asked, the CPU measured)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    gpu_bf16 = False
+    if cuda:
+        from transformers.utils import is_torch_bf16_gpu_available
+
+        gpu_bf16 = bool(is_torch_bf16_gpu_available())
+    return bf16_auto(cuda, gpu_bf16, deepspeed)
 
 
 def _cell(value: Any) -> str:

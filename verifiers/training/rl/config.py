@@ -37,9 +37,9 @@ from transformers import TrainerCallback
 
 from verifiers.errors import ConfigError, nearest
 from verifiers.training.config.batch_layout import check_batch_sizes, rollout_layout
-from verifiers.training.config.fields import GRPOConfig, preset_default
+from verifiers.training.config.fields import GRPOConfig, preset_default, resolve_bf16
 from verifiers.training.config.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
-from verifiers.training.config.presets import AUTO, bf16_auto, preset_values
+from verifiers.training.config.presets import AUTO, preset_values
 from verifiers.training.config.rules import check_entry_fields, check_report_to, check_wandb_settings, renamed
 from verifiers.training.rl.output import SampleSchedule, StepLogger
 
@@ -124,7 +124,10 @@ class RLConfig:
     warmup_steps: int = _grpo("warmup_steps")
     max_grad_norm: float = _grpo("max_grad_norm")
     weight_decay: float = _grpo("weight_decay")
-    bf16: bool | None = _own(None, "Train in bf16; None: on when a bf16-capable GPU is present.")
+    bf16: bool | None = _own(
+        None,
+        "Train in bf16; None: on a bf16-capable GPU, or a CPU whose bf16 matmul is clearly faster (measured).",
+    )
     gradient_checkpointing: bool = _grpo("gradient_checkpointing")
 
     # Objective.
@@ -290,11 +293,7 @@ class RLConfig:
         layout = rollout_layout(self.batch_size, self.micro_batch_size, self.rollouts_per_example, planned)
         if planned % actual:
             raise ConfigError(f"cannot lay out {planned} planned processes over {actual} running ones")
-        bf16 = self.bf16
-        if bf16 is None:  # the table's AUTO
-            from transformers.utils import is_torch_bf16_gpu_available
-
-            bf16 = bf16_auto(is_torch_bf16_gpu_available())
+        bf16 = AUTO if self.bf16 is None else self.bf16  # None: the table's AUTO
         # The table's "rl" values of fields RLConfig does not expose, then every field that is a
         # GRPOConfig field, under its GRPOConfig name; the batch sizes from the layout.
         kwargs: dict[str, Any] = {
@@ -322,6 +321,7 @@ class RLConfig:
             # requiring grads on the (frozen) input embeddings.
             kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
         kwargs.update(self.grpo_args)
+        resolve_bf16(kwargs)  # AUTO as the machine allows (and use_cpu for CPU autocast), as grpo_defaults
         return kwargs
 
 

@@ -318,7 +318,11 @@ class WeightSyncer:
                 _Unit(
                     name,
                     [p, *_lora_params(layer, adapter)],
-                    lambda p=p, layer=layer: p.data + layer.get_delta_weight(adapter).to(p.dtype),
+                    # Added in fp32, rounded once: a bf16 base (frozen weights stored in the autocast
+                    # dtype) plus a delta rounded to bf16 first would round twice.
+                    lambda p=p, layer=layer: (p.data.float() + layer.get_delta_weight(adapter).float()).to(
+                        p.dtype
+                    ),
                     _shape(p),
                     p.dtype,
                 )
