@@ -560,7 +560,6 @@ def main() -> None:
     import torch
 
     from verifiers.models import resolve_model_name
-
     from verifiers.utils.compute_dtype import cpu_compute_dtype
 
     peaks_before = matmul_rates()

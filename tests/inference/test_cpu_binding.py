@@ -82,7 +82,7 @@ def test_core_load_reads_other_processes_share_from_proc_stat(monkeypatch):
         ({0: (0, 0), 1: (0, 0)}, {0: (90, 100), 1: (95, 100)}),
     ):  # all busy: nothing gained
         samples = iter([before, after])
-        assert cpu_load.core_load([0, 1], read=lambda: next(samples), sleep=lambda s: None) is None
+        assert cpu_load.core_load([0, 1], read=lambda it=samples: next(it), sleep=lambda s: None) is None
     monkeypatch.setenv(cpu_load.IGNORE_ENV, "1")
     assert cpu_load.core_load([0, 1], read=lambda: pytest.fail("sampled"), sleep=lambda s: None) is None
     assert cpu_load.read_proc_stat()  # this machine's own /proc/stat parses

@@ -48,8 +48,6 @@ from typing import Any
 
 from verifiers.cli.common import run_cli
 from verifiers.cli.install import find_environment_folder, install_environment
-from verifiers.utils.compute_dtype import ENV as COMPUTE_DTYPE_ENV
-from verifiers.utils.compute_dtype import cpu_compute_dtype
 from verifiers.cli.rl.launcher import Launcher, Side
 from verifiers.cli.rl.shared_gpu import (
     Layout,
@@ -70,6 +68,8 @@ from verifiers.cli.run_config.load import (
     parse_command_line,
 )
 from verifiers.errors import ConfigError, EnvironmentArgsError
+from verifiers.utils.compute_dtype import ENV as COMPUTE_DTYPE_ENV
+from verifiers.utils.compute_dtype import cpu_compute_dtype
 from verifiers.utils.env_loader import check_env_args, check_env_version, module_name_for
 
 # Seconds torchrun gives its workers to checkpoint after a signal (build_plan: the trainer's env).
