@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
+    from verifiers.training.lifecycle.heartbeat import start_from_env
+
+    start_from_env()  # under vf-rl: the liveness beat, first of all (vf-rl finds a stopped rank by it)
     cli = parse_command_line(argv, "vf-train", {}, DESCRIPTION)
     config = load_config(cli.configs, cli.overrides)
     train(config)
@@ -39,11 +42,14 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def train(config: RunConfig) -> Any:
     """Build the environment, ``RLConfig`` and ``RLTrainer`` for ``config``, and train."""
+    from verifiers.training.lifecycle.heartbeat import progress_callback, start_from_env
     from verifiers.training.rl import RLTrainer
 
     args = config.rl_config()
     env = load_envs(config.envs, seed=args.grpo_args.get("seed", 0))
-    trainer = RLTrainer(model=config.model, env=env, args=args)
+    beat = start_from_env()  # None outside vf-rl
+    callbacks = [progress_callback(beat)] if beat is not None else None
+    trainer = RLTrainer(model=config.model, env=env, args=args, callbacks=callbacks)
     # True: the last complete checkpoint in output_dir (GRPOTrainer resolves it); a folder: that one.
     return trainer.train(resume_from_checkpoint=config.trainer.resume_from_checkpoint)
 

@@ -11,6 +11,15 @@ trainer waits for it (``vllm_server_timeout``), re-syncs its weights and goes on
 would give up first. When the server cannot be restarted, the trainer gets SIGTERM,
 saves its checkpoint, and vf-rl ends with one line saying why.
 
+Trainer: a trainer that exits non-zero during training (a crash, SIGKILL, the OOM killer, a rank
+ended by the collective timeout), or one whose rank stops making progress while alive (SIGSTOP, a
+hang: trainer_watch.py reads the heartbeats each rank writes), is restarted with the same command
+and environment (plus ``$VF_RL_ATTEMPT``) from its last complete checkpoint, after a backoff, at
+most ``trainer.max_restarts`` times; the server keeps running, and the restarted trainer re-syncs
+its weights (it pushes them whole when the server holds another version). A first attempt that
+fails before training began is not restarted: a start-up error (config, import, no memory for the
+model) would only repeat.
+
 Port: before the server starts, its port must be free (another process listening there is
 refused in one line; vf-rl never picks another port by itself, since the trainer and any
 client read the configured one); and the readiness wait accepts only the server vf-rl
@@ -41,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from verifiers.cli.common import print_error
+from verifiers.cli.rl.trainer_watch import LIVE_BOUND_S, Stall, TrainerWatch, hang_bound
 from verifiers.errors import ServerError, ServerTimeoutError
 from verifiers.utils.backoff import Backoff, poll_until
 
@@ -109,6 +119,10 @@ class Launcher:
         self.draining = False  # the trainer got SIGINT/SIGTERM and is saving its checkpoint
         self.restarts = 0  # restarts of the server so far
         self.restart_backoff = Backoff(first=RESTART_FIRST_DELAY_S, max_delay=RESTART_MAX_DELAY_S)
+        self.trainer_restarts = 0
+        self.trainer_backoff = Backoff(first=RESTART_FIRST_DELAY_S, max_delay=RESTART_MAX_DELAY_S)
+        self.trainer_cmd = list(plan.trainer.cmd)  # a restart adds only its resume_from_checkpoint
+        self.trainer_watch = TrainerWatch(self.logs / "heartbeats", LIVE_BOUND_S, hang_bound(plan.config))
         name = "".join(ch if ch.isalnum() else "-" for ch in plan.config.run_name)
         self.session = f"vf-rl-{name}-{os.getpid()}"
 
@@ -154,9 +168,14 @@ class Launcher:
         self._start(server)
         self._wait_ready()
         self.note(f"Starting the trainer: {trainer.shown()}")
-        self._start(trainer)
+        self._start_trainer(attempt=1)
         while not self.stopping.is_set():
-            status = trainer.proc.poll()
+            status, stall = trainer.proc.poll(), None
+            if status is None and not self.draining:
+                stall = self.trainer_watch.check(time.monotonic())
+                if stall is not None:  # stopped or stuck: it cannot checkpoint, so no SIGTERM first
+                    _kill_group(trainer.proc)
+                    status = trainer.proc.returncode
             if status is not None:
                 if trainer.pump is not None:
                     trainer.pump.join(timeout=5)  # its last lines, before the summary
@@ -169,8 +188,8 @@ class Launcher:
                 if status == 0:
                     self.note(f"Training finished; outputs in {self.plan.config.output_dir}/")
                     return 0
-                self.failed = trainer
-                self.failure = f"training failed with exit status {status} (full log: {trainer.log})"
+                if self._restart_trainer(status, stall):
+                    continue
                 return status if 0 < status < 256 else 1
             if server.proc.poll() is not None and not self.draining:
                 self._restart_server()
@@ -208,6 +227,57 @@ class Launcher:
             self._wait_ready(max(left, 1.0), again=True)
         except ServerError as err:
             self._give_up(f"restart {self.restarts}/{limit} failed: {err.message}")
+
+    def _start_trainer(self, attempt: int) -> None:
+        from verifiers.training.lifecycle.heartbeat import ENV_ATTEMPT, ENV_DIR
+
+        self.plan.trainer.env.update({ENV_DIR: str(self.trainer_watch.folder), ENV_ATTEMPT: str(attempt)})
+        self.trainer_watch.reset()  # the last attempt's beats would read as this one's silence
+        self._start(self.plan.trainer)
+
+    def _restart_trainer(self, status: int, stall: Stall | None) -> bool:
+        """The trainer failed (``status``; ``stall``: killed by the watch): start it again from its last
+        complete checkpoint after a backoff (True), or set the failure line and return False."""
+        from verifiers.training.lifecycle.checkpoint import last_complete_checkpoint
+
+        trainer, limit = self.plan.trainer, self.plan.config.trainer.max_restarts
+        at = time.strftime("%H:%M:%S")
+        _kill_group(trainer.proc)  # what is left of its group (other ranks, workers) holds memory
+        if trainer.pump is not None:
+            trainer.pump.join(timeout=5)
+        error = first_error(trainer.log, start=trainer.log_start)
+        named = f" ({exit_text(status)})" if status < 0 else ""
+        cause = stall.line() if stall is not None else f"training failed with exit status {status}{named}"
+        if stall is None and self.trainer_restarts == 0 and not self.trainer_watch.reached_training():
+            # A start-up error (config, import, no memory for the model) would only repeat.
+            self.failed, self.failure = trainer, f"{cause} (full log: {trainer.log})"
+            return False
+        if self.trainer_restarts >= limit:
+            done = f"restarted {self.trainer_restarts} time(s) already" if limit else "restarts are off"
+            self.failed = trainer
+            self.failure = (
+                f"{cause} at {at}{error}; not restarting it ({done}, trainer.max_restarts = {limit}) "
+                f"(full log: {trainer.log})"
+            )
+            return False
+        self.trainer_restarts += 1
+        delay = self.trainer_backoff.next_delay() or RESTART_FIRST_DELAY_S
+        checkpoint = last_complete_checkpoint(self.plan.config.output_dir)
+        if checkpoint is not None:
+            where = Path(checkpoint).name
+        elif self.plan.config.trainer.resume_from_checkpoint:  # nothing saved yet: its first start again
+            where = "the checkpoint it started from"
+        else:
+            where = "the start"
+        what = f"T{stall.line()[1:]}; killed it" if stall else f"Trainer exited with {exit_text(status)}"
+        self.note(
+            f"{what} at {at}; restarting it ({self.trainer_restarts}/{limit}) from {where} in {delay:.3g} s{error}"
+        )
+        self.stopping.wait(delay)  # interruptible: a signal still reaches the handler
+        resume = ["--trainer.args.resume_from_checkpoint", checkpoint] if checkpoint else []
+        trainer.cmd = self.trainer_cmd + resume  # the last override wins over one the user gave
+        self._start_trainer(attempt=self.trainer_restarts + 1)
+        return True
 
     def _give_up(self, reason: str) -> NoReturn:
         """End the run because of the server: SIGTERM the trainer (it saves a checkpoint),
@@ -431,6 +501,32 @@ def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+def _kill_group(proc: subprocess.Popen, wait: float = STOP_GRACE_S) -> None:
+    """SIGKILL a child's whole process group (a stopped process too) and wait until it is gone."""
+    _signal_group(proc, signal.SIGKILL)
+
+    def group_gone() -> bool | None:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return True
+        return None
+
+    poll_until(group_gone, Backoff(first=0.05, max_delay=0.2, timeout=wait))
+    proc.wait()
+
+
+def exit_text(status: int) -> str:
+    """``-9`` -> ``"SIGKILL"``, ``3`` -> ``"status 3"`` (Popen's negative status: killed by a signal)."""
+    if status < 0:
+        try:
+            return signal.Signals(-status).name
+        except ValueError:
+            pass
+    return f"status {status}"
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:

@@ -19,6 +19,8 @@
     [trainer]
     gpus = 0                           # > 1: accelerate launch with that many processes
     # accelerate_config = "configs/zero3.yaml"
+    # max_restarts = 3                 # restarts of a trainer that dies or stops mid-run (0: stop the run)
+    # hang_timeout_s = 600             # no training progress this long: restarted (unset: ~31 min; 0: off)
     [trainer.args]                     # RLConfig fields, or any other GRPOConfig field
     batch_size = 32
     # resume_from_checkpoint = true    # the last complete checkpoint in output_dir, or a folder
@@ -55,7 +57,7 @@ from verifiers.utils.env_loader import env_name
 TOP_KEYS = ("model", "env", "inference", "trainer")
 ENV_KEYS = ("id", "args", "weight", "name")
 INFERENCE_KEYS = ("gpus", "shared_gpu", "host", "port", "max_restarts", "args")
-TRAINER_KEYS = ("gpus", "args", "accelerate_config")
+TRAINER_KEYS = ("gpus", "args", "accelerate_config", "max_restarts", "hang_timeout_s")
 WANDB_KEYS = ("project", "name", "entity")
 DEFAULT_HOST = RLConfig.vllm_server_host
 DEFAULT_PORT = RLConfig.vllm_server_port
@@ -111,6 +113,17 @@ class TrainerConfig:
     gpus: int = _key(1, "Training GPUs; > 1: accelerate launch with that many processes; 0: CPU.")
     args: dict[str, Any] = _key({}, "RLConfig fields, or any other GRPOConfig field.")
     accelerate_config: str | None = _key(None, "An accelerate config file (e.g. DeepSpeed ZeRO-3).")
+    max_restarts: int = _key(
+        3,
+        "Times vf-rl restarts a trainer that dies or stops making progress during training (same "
+        "command, from its last complete checkpoint, backoff); 0: stop the run instead.",
+    )
+    hang_timeout_s: float | None = _key(
+        None,
+        "Seconds without progress in the training loop after which vf-rl kills and restarts the trainer; "
+        "unset: the longest wait the trainer allows itself (30 min checkpoint write, or a longer "
+        "vllm_server_timeout / generation_timeout) plus 60 s; 0: off.",
+    )
     # trainer.train(resume_from_checkpoint=...): True (the last complete checkpoint), a folder, or None
     resume_from_checkpoint: bool | str | None = None
 
@@ -190,6 +203,21 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
             f"inference.max_restarts = {max_restarts} must be >= 0",
             hint="0 ends the run when the server dies; 3 restarts it up to 3 times",
         )
+    trainer_restarts = trainer.get("max_restarts", 3)
+    check_type("trainer.max_restarts", trainer_restarts, int)
+    if trainer_restarts < 0:
+        raise ConfigError(
+            f"trainer.max_restarts = {trainer_restarts} must be >= 0",
+            hint="0 ends the run when the trainer dies; 3 restarts it up to 3 times",
+        )
+    hang_timeout_s = trainer.get("hang_timeout_s")
+    if hang_timeout_s is not None:
+        check_type("trainer.hang_timeout_s", hang_timeout_s, float)
+        if not math.isfinite(hang_timeout_s) or hang_timeout_s < 0:
+            raise ConfigError(
+                f"trainer.hang_timeout_s = {hang_timeout_s} must be >= 0 and finite",
+                hint="0 turns the progress watch off; leave it unset for the default (about 31 min)",
+            )
     shared_gpu = inference.get("shared_gpu")
     if shared_gpu is not None:
         check_type("inference.shared_gpu", shared_gpu, bool)
@@ -230,6 +258,8 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
             gpus=gpus["trainer"],
             args=trainer_args,
             accelerate_config=accelerate_config,
+            max_restarts=trainer_restarts,
+            hang_timeout_s=None if hang_timeout_s is None else float(hang_timeout_s),
             resume_from_checkpoint=resume,
         ),
         source=source if source is not None else (sources[0] if sources else None),

@@ -138,22 +138,63 @@ def show_choices(names: tuple[str, ...] = CHOICE_LOGGERS) -> None:
         log.setLevel(logging.INFO)
 
 
+def log_kind(logs: dict[str, Any]) -> str:
+    """What a logged dict is: ``"eval"``, ``"summary"`` (the end of training) or ``"train"`` (a step)."""
+    if any(k.startswith("eval_") for k in logs):
+        return "eval"
+    return "summary" if "train_runtime" in logs else "train"
+
+
+def logged_steps(path: Path) -> set[tuple[str, int]]:
+    """``(log_kind, step)`` of every line already in a metrics file (none when it does not exist)."""
+    found: set[tuple[str, int]] = set()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill: the step is logged again, unmarked
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            found.add((log_kind(record), record["step"]))
+    return found
+
+
 class StepLogger(TrainerCallback):
-    """Prints the per-step line (and eval lines), and appends every log to ``<output_dir>/runs/metrics.jsonl``."""
+    """Prints the per-step line (and eval lines), and appends every log to ``<output_dir>/runs/metrics.jsonl``.
+
+    A resumed run (a restart by vf-rl, or ``resume_from_checkpoint``) logs again the steps between
+    its checkpoint and where the earlier run stopped: those lines get ``"redone": true``, so a
+    reader keeps the last line of each step. Under vf-rl every line of a restarted trainer also
+    carries ``"attempt": N`` (``$VF_RL_ATTEMPT``, 2 and on; the first attempt's lines have none).
+    """
 
     def __init__(self, output_dir: str):
         self.path = Path(output_dir) / "runs" / METRICS_FILE
         self.clock = StepClock()
+        self.earlier: set[tuple[str, int]] = set()  # (kind, step) logged before this run began
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.clock.start(state.global_step)
+        if state.is_world_process_zero:
+            self.earlier = logged_steps(self.path)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
+        from verifiers.training.lifecycle.heartbeat import attempt
+
+        record = {"step": state.global_step, **logs}
+        if (log_kind(logs), state.global_step) in self.earlier:
+            record["redone"] = True
+        number = attempt()
+        if number is not None and number > 1:
+            record["attempt"] = number
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
+            f.write(json.dumps(record, default=float) + "\n")
         if any(k.startswith("eval_") for k in logs):
             shown = {k[len("eval_") :]: v for k, v in logs.items() if k.startswith("eval_")}
             print(
