@@ -17,6 +17,17 @@ Open (readiness waits need them; they reveal nothing secret):
   backend, then ``"shm"``, ``"http"``; ``tool_template``: the file of verifiers' tool
   chat template when the server renders with it, else null); 503 once the engine
   died, or when rolling back a dropped update failed (``"weights_broken"``).
+* ``GET /vf/progress`` -> ``{"steps", "tokens", "pending", "running", "waiting", "paused",
+  "counted"}``: how far the engine core got, read in the API process without a call to the
+  engine (a stopped or deadlocked engine core cannot answer; this route still does, and vLLM's
+  ``/health`` too, while ``/vf/health`` asks the engine whether it is paused and waits).
+  ``steps``: batches of engine output received (one per engine step that produced tokens or
+  stats), ``tokens``: tokens generated, both since start; ``pending``: requests handed to the
+  engine and not finished; ``running``/``waiting``: the scheduler's counts at its last step
+  (null without stats); ``paused``: vf paused generation on purpose (an update, an adapter
+  swap, ``/vf/pause``, sleep), so no progress is expected; ``counted`` false: this engine's
+  outputs cannot be counted, the counters mean nothing. vf-rl's hang watch polls it
+  (verifiers/cli/rl/server_watch.py); its access-log lines are dropped.
 * ``GET /vf/world_size`` -> ``{"world_size", "tensor_parallel", "pipeline_parallel",
   "data_parallel"}`` (vLLM workers; an NCCL group adds the trainer as rank 0).
 
@@ -95,6 +106,7 @@ from verifiers.inference.server_state import (
     Update,
     check_admin,
     is_loopback,
+    pending_requests,
 )
 from verifiers.inference.worker import read_safetensors_headers, validate_params
 from verifiers.utils import owned_files
@@ -230,6 +242,20 @@ def build_router() -> APIRouter:
             "admin_token_required": bool(st.settings.admin_token) or not st.settings.loopback,
             "tool_template": st.settings.tool_template,
             "last_error": st.last_error,
+        }
+
+    @router.get("/progress")
+    async def progress(request: Request):
+        st = _state(request)
+        p = st.progress
+        return {
+            "steps": p.steps,
+            "tokens": p.tokens,
+            "pending": pending_requests(st.engine),
+            "running": p.running,
+            "waiting": p.waiting,
+            "paused": st.generation_paused or st.sleeping,
+            "counted": p.counted,
         }
 
     @router.get("/world_size")
@@ -591,6 +617,7 @@ def build_router() -> APIRouter:
         st = _state(request)
         st.manual_pause = False
         if st.update is None:  # an update in progress resumes at its commit
+            st.generation_paused = False
             await st.engine.resume_generation()
         return {"paused": st.update is not None}
 
@@ -628,8 +655,26 @@ def build_router() -> APIRouter:
 def attach(app: FastAPI, engine: Any, settings: Settings, device: str = "cpu") -> State:
     """Mount the ``/vf`` routes on a vLLM app before it serves; returns their state."""
     app.state.vf = State(settings=settings, engine=engine, device=device)
+    app.state.vf.progress.hook(engine)
     app.include_router(build_router())
+    _quiet_access_log()
     return app.state.vf
+
+
+class _NoProgressPolls(logging.Filter):
+    """Drops uvicorn's access-log lines of ``GET /vf/progress``: vf-rl polls it every few
+    seconds, which would otherwise fill the server's log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn's access record: (client, method, path with query, http version, status)
+        return not (isinstance(args, tuple) and len(args) >= 3 and str(args[2]).startswith("/vf/progress"))
+
+
+def _quiet_access_log() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _NoProgressPolls) for f in access.filters):
+        access.addFilter(_NoProgressPolls())
 
 
 def cleanup(state: State) -> None:

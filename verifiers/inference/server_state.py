@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import ipaddress
 import logging
 import time
@@ -95,6 +96,61 @@ class Update:
 
 
 @dataclass
+class EngineProgress:
+    """How far the engine core got, as the API process sees it (``GET /vf/progress``).
+
+    Counted from what the engine core streams back: every batch of its outputs passes
+    through the core client's ``get_output_async`` (vLLM V1's output handler calls it in a
+    loop; read in 0.32), which :meth:`hook` wraps. A vLLM without it leaves ``counted``
+    False, and a hang watch then goes by answers alone. An engine core that stops (SIGSTOP, a
+    deadlock, a stuck worker) stops the counters while the API process, and so this
+    route, keeps answering: no call here goes to the engine, which could not answer.
+    """
+
+    steps: int = 0  # output batches received: one per engine step with outputs, or with stats
+    tokens: int = 0  # tokens generated
+    running: int | None = None  # the scheduler's last counts (sent with each step's stats)
+    waiting: int | None = None
+    counted: bool = False  # hook() found the core client; else the counters mean nothing
+
+    def hook(self, engine: Any) -> bool:
+        """Count ``engine``'s outputs from now on; False when this engine has no core client to
+        wrap (a test double, an in-process engine): ``counted`` then stays False."""
+        core = getattr(engine, "engine_core", None)
+        receive = getattr(core, "get_output_async", None)
+        if not inspect.iscoroutinefunction(receive):
+            return False
+
+        async def counted_receive() -> Any:
+            outputs = await receive()
+            self.record(outputs)
+            return outputs
+
+        # On the instance: the output handler looks the method up at each call, so the
+        # batches after the one it already waits for pass through here.
+        core.get_output_async = counted_receive
+        self.counted = True
+        return True
+
+    def record(self, outputs: Any) -> None:
+        """One batch of engine outputs (``EngineCoreOutputs``) arrived."""
+        self.steps += 1
+        for out in getattr(outputs, "outputs", None) or ():
+            self.tokens += len(getattr(out, "new_token_ids", None) or ())
+        stats = getattr(outputs, "scheduler_stats", None)  # None when vLLM runs without stats
+        if stats is not None:
+            self.running = getattr(stats, "num_running_reqs", self.running)
+            self.waiting = getattr(stats, "num_waiting_reqs", self.waiting)
+
+
+def pending_requests(engine: Any) -> int | None:
+    """Requests the API process handed to the engine and has not seen finish (vLLM's output
+    processor's table, read in this process); None when the engine has no such table."""
+    table = getattr(getattr(engine, "output_processor", None), "request_states", None)
+    return len(table) if isinstance(table, dict) else None
+
+
+@dataclass
 class State:
     """Trainer-route state, kept on ``app.state.vf``."""
 
@@ -119,6 +175,11 @@ class State:
     # Whether device_uuids came from every data-parallel engine (see rpc_every_engine).
     device_uuids_complete: bool = True
     nccl_group_open: bool = False  # a trainer's NCCL group was joined and not released since
+    # Generation paused by vf (an update, an adapter swap, /vf/pause): requests wait without
+    # progress on purpose, which /vf/progress says so that a hang watch does not count it.
+    # Kept here, not asked of the engine (is_paused is a round trip a stopped engine never answers).
+    generation_paused: bool = False
+    progress: EngineProgress = field(default_factory=EngineProgress)
 
     async def sleep(self) -> None:
         """vLLM sleep level 1 (the KV cache freed, the weights kept in host memory); hold ``lock``."""
@@ -245,9 +306,13 @@ class State:
         await self.call(
             self.engine.pause_generation(mode=mode, clear_cache=False), "pause", timeout, "pausing"
         )
+        # Only once the engine paused: a pause (or resume, below) that hangs on a stuck engine
+        # must not hide it from the watch.
+        self.generation_paused = True
 
     async def resume(self) -> None:
         if not self.manual_pause:  # a client's own pause() holds until its resume()
+            self.generation_paused = False
             await self.engine.resume_generation()
 
     async def reset_prefix_cache(self) -> bool:

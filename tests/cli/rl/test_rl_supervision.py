@@ -378,3 +378,93 @@ def test_vf_rl_run_survives_its_server_killed_mid_run(tiny_model_dir, tmp_path):
     assert [r["step"] for r in step_lines] == list(range(1, steps + 1)), [r["step"] for r in step_lines]
     assert sum(r.get("errors/server_restarts", 0) for r in step_lines) >= 1, step_lines
     assert f"Step {steps}/{steps}:" in out
+
+
+# -- a server that hangs ----------------------------------------------------------------------
+
+# Start 1 answers for `serve_s` seconds, then hangs: "stop" SIGSTOPs itself (nothing answers),
+# "stall" keeps answering /vf/progress with 3 requests pending and a counter that no longer
+# moves (an engine core stopped behind a live API process). Start 2 serves normally. Each start
+# appends its pid to the state file.
+HANGING_SERVER = textwrap.dedent(
+    """
+    import http.server, json, os, signal, sys, time
+    port, state, mode, serve_s = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+    with open(state, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    first = sum(1 for _ in open(state)) == 1
+    started = time.monotonic()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/vf/progress":
+                moving = not first or time.monotonic() - started < serve_s
+                steps = int(time.monotonic() * 10) if moving else 0
+                body = {"steps": steps, "tokens": steps, "pending": 3, "paused": False, "counted": True}
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(json.dumps(body).encode())
+                return
+            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer.allow_reuse_address = True
+    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+    server.timeout = 0.1
+    print("fake server ready", flush=True)
+    while True:
+        server.handle_request()
+        if first and mode == "stop" and time.monotonic() - started > serve_s:
+            print("fake server stops itself", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["stop", "stall"])
+def test_a_hung_server_is_found_within_its_bound_killed_and_restarted(tmp_path, monkeypatch, mode):
+    import dataclasses
+
+    from verifiers.cli.rl import server_watch
+
+    monkeypatch.setattr(server_watch, "PROBE_INTERVAL_S", 0.2)
+    monkeypatch.setattr(server_watch, "PROBE_TIMEOUT_S", 0.5)
+    port = free_port()
+    script = tmp_path / "hanging_server.py"
+    script.write_text(HANGING_SERVER)
+    server = [sys.executable, str(script), str(port), str(tmp_path / "pids"), mode, "2.0"]
+    trainer = contract_trainer(
+        tmp_path, until=(tmp_path / "logs" / "vf-rl.log", "Inference server ready again")
+    )
+    plan = make_plan(tmp_path, server, trainer, port=port)
+    bound = 2.0
+    plan.config = dataclasses.replace(
+        plan.config,
+        inference=dataclasses.replace(plan.config.inference, hang_timeout_s=bound, progress_timeout_s=bound),
+    )
+    assert Launcher(plan).run() == 0
+    first, second = (int(pid) for pid in (tmp_path / "pids").read_text().split())
+    log = status_lines(tmp_path)
+    if mode == "stop":
+        pattern = (
+            rf"Inference server \(pid {first}\) did not answer /vf/progress for (\d+) s at \d\d:\d\d:\d\d "
+            r"\(stopped or deadlocked; inference.hang_timeout_s = 2\); killed it, restarting it \(1/3\) in 0.2 s\n"
+        )
+    else:
+        pattern = (
+            rf"vLLM engine core of the inference server \(pid {first}\) made no progress for (\d+) s with 3 "
+            r"requests pending at \d\d:\d\d:\d\d \(stopped or deadlocked; inference.progress_timeout_s = 2\); "
+            r"killed it, restarting it \(1/3\) in 0.2 s\n"
+        )
+    found = re.findall(pattern, log)
+    assert len(found) == 1, log  # one line
+    # within the bound, plus at most one probe's interval and timeout
+    assert bound <= int(found[0]) <= bound + 0.2 + 0.5 + 1, log
+    assert "Inference server ready again after" in log and "Training finished" in log
+    with pytest.raises(ProcessLookupError):
+        os.kill(first, 0)  # the stopped one is gone, not left behind
+    assert second == plan.server.proc.pid and gone(plan.server.proc)

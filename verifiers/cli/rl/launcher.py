@@ -9,7 +9,9 @@ and environment, at most ``inference.max_restarts`` times, after a backoff; the
 trainer waits for it (``vllm_server_timeout``), re-syncs its weights and goes on
 (training/weights/recovery.py). Crash to ready must fit in that same timeout, or the trainer
 would give up first. When the server cannot be restarted, the trainer gets SIGTERM,
-saves its checkpoint, and vf-rl ends with one line saying why.
+saves its checkpoint, and vf-rl ends with one line saying why. A server that hangs (alive,
+but not answering, or its engine without progress while requests wait: server_watch.py)
+is killed (SIGKILL of its group) and goes the same way, counted in the same restarts.
 
 Trainer: a trainer that exits non-zero during training (a crash, SIGKILL, the OOM killer, a rank
 ended by the collective timeout), or one whose rank stops making progress while alive (SIGSTOP, a
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from verifiers.cli.common import print_error
+from verifiers.cli.rl.server_watch import Hang, Prober
 from verifiers.cli.rl.trainer_watch import LIVE_BOUND_S, Stall, TrainerWatch, hang_bound
 from verifiers.errors import ServerError, ServerTimeoutError
 from verifiers.utils.backoff import Backoff, poll_until
@@ -123,6 +126,8 @@ class Launcher:
         self.trainer_backoff = Backoff(first=RESTART_FIRST_DELAY_S, max_delay=RESTART_MAX_DELAY_S)
         self.trainer_cmd = list(plan.trainer.cmd)  # a restart adds only its resume_from_checkpoint
         self.trainer_watch = TrainerWatch(self.logs / "heartbeats", LIVE_BOUND_S, hang_bound(plan.config))
+        inference = plan.config.inference
+        self.server_watch = Prober(inference.url, inference.hang_timeout_s, inference.progress_timeout_s)
         name = "".join(ch if ch.isalnum() else "-" for ch in plan.config.run_name)
         self.session = f"vf-rl-{name}-{os.getpid()}"
 
@@ -149,6 +154,7 @@ class Launcher:
         finally:
             with self.start_lock:
                 self.stopping.set()
+            self.server_watch.close()
             for side in (self.plan.trainer, self.plan.server):
                 stop(side.proc)
             for side in (self.plan.trainer, self.plan.server):
@@ -167,6 +173,7 @@ class Launcher:
         self.note(f"Starting the inference server: {server.shown()}")
         self._start(server)
         self._wait_ready()
+        self.server_watch.arm()
         self.note(f"Starting the trainer: {trainer.shown()}")
         self._start_trainer(attempt=1)
         while not self.stopping.is_set():
@@ -193,30 +200,45 @@ class Launcher:
                 return status if 0 < status < 256 else 1
             if server.proc.poll() is not None and not self.draining:
                 self._restart_server()
+            elif not self.draining and (hang := self.server_watch.hang()) is not None:
+                self._restart_server(hang)
             time.sleep(0.5)
         return 130
 
-    def _restart_server(self) -> None:
-        """The server died during training: start it again (same command and environment) after
-        a backoff, or, past ``inference.max_restarts``, stop the trainer and end the run."""
+    def _restart_server(self, hang: Hang | None = None) -> None:
+        """The server died (or hangs: ``hang``, and is killed here) during training: start it again
+        (same command and environment) after a backoff, or, past ``inference.max_restarts``,
+        stop the trainer and end the run."""
         server, limit = self.plan.server, self.plan.config.inference.max_restarts
-        died, at, status = time.monotonic(), time.strftime("%H:%M:%S"), server.proc.returncode
+        self.server_watch.disarm()  # a starting server answers nothing; armed again once ready
+        died, at = time.monotonic(), time.strftime("%H:%M:%S")
+        status, pid = server.proc.returncode, server.proc.pid
+        if hang is not None:
+            # SIGKILL: a stopped process holds SIGTERM until continued, a deadlocked one may
+            # never act on it, and the trainer's requests fail (and it waits) only once it is gone.
+            _signal_group(server.proc, signal.SIGKILL)
+            server.proc.wait()
         stop(server.proc)  # what is left of its group (vLLM's engine core) holds memory and the port
         if server.pump is not None:
             server.pump.join(timeout=5)
         error = first_error(server.log, start=server.log_start)
         if self.restarts >= limit:
             done = f"restarted {self.restarts} time(s) already" if limit else "restarts are off"
-            self._give_up(
-                f"the inference server exited with status {status} during training at {at}{error}; "
-                f"not restarting it ({done}, inference.max_restarts = {limit})"
-            )
+            if hang is None:
+                what = f"the inference server exited with status {status} during training at {at}"
+            else:
+                what = hang.describe(pid, f"during training at {at}")
+                what = what[0].lower() + what[1:]
+            self._give_up(f"{what}{error}; not restarting it ({done}, inference.max_restarts = {limit})")
         self.restarts += 1
         delay = self.restart_backoff.next_delay() or RESTART_FIRST_DELAY_S
-        self.note(
-            f"Inference server exited with status {status} at {at}; "
-            f"restarting it ({self.restarts}/{limit}) in {delay:.3g} s{error}"
+        what = (
+            f"Inference server exited with status {status} at {at}"
+            if hang is None
+            else hang.describe(pid, f"at {at}")
         )
+        killed = "killed it, " if hang else ""
+        self.note(f"{what}; {killed}restarting it ({self.restarts}/{limit}) in {delay:.3g} s{error}")
         self.stopping.wait(delay)  # interruptible: a signal still reaches the handler
         if self.draining or self.stopping.is_set():
             return
@@ -227,6 +249,7 @@ class Launcher:
             self._wait_ready(max(left, 1.0), again=True)
         except ServerError as err:
             self._give_up(f"restart {self.restarts}/{limit} failed: {err.message}")
+        self.server_watch.arm()
 
     def _start_trainer(self, attempt: int) -> None:
         from verifiers.training.lifecycle.heartbeat import ENV_ATTEMPT, ENV_DIR
@@ -483,6 +506,9 @@ def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
+        # A stopped member (SIGSTOP, a debugger) holds the SIGTERM until continued: continue it,
+        # so that it ends now rather than at the SIGKILL.
+        os.killpg(proc.pid, signal.SIGCONT)
     except (ProcessLookupError, PermissionError):
         return
 

@@ -13,6 +13,8 @@
     # shared_gpu = true                # the server on the trainer's one GPU (unset: when one GPU is visible)
     # host = "127.0.0.1"; port = 8000
     # max_restarts = 3                 # restarts of a server that dies mid-run (0: stop the run)
+    # hang_timeout_s = 60              # a server not answering this long is killed and restarted
+    # progress_timeout_s = 120         # ... or its engine making no progress with requests waiting
     [inference.args]                   # -> vf-vllm flags: enforce_eager = true -> --enforce-eager
     enforce_eager = true
 
@@ -56,7 +58,21 @@ from verifiers.utils.env_loader import env_name
 
 TOP_KEYS = ("model", "env", "inference", "trainer")
 ENV_KEYS = ("id", "args", "weight", "name")
-INFERENCE_KEYS = ("gpus", "shared_gpu", "host", "port", "max_restarts", "args")
+INFERENCE_KEYS = (
+    "gpus",
+    "shared_gpu",
+    "host",
+    "port",
+    "max_restarts",
+    "hang_timeout_s",
+    "progress_timeout_s",
+    "args",
+)
+# The hang watch's bounds (cli/rl/server_watch.py); why these, in docs/vf-rl.md ("When the server
+# hangs"): far above what a loaded CPU server takes to answer or to make a step, far below the
+# trainer's own waits (vllm_server_timeout, sync_weights_timeout: 300 s by default).
+DEFAULT_HANG_TIMEOUT_S = 60.0
+DEFAULT_PROGRESS_TIMEOUT_S = 120.0
 TRAINER_KEYS = ("gpus", "args", "accelerate_config", "max_restarts", "hang_timeout_s")
 WANDB_KEYS = ("project", "name", "entity")
 DEFAULT_HOST = RLConfig.vllm_server_host
@@ -97,6 +113,16 @@ class InferenceConfig:
         3,
         "Times vf-rl restarts a server that dies during training (same command, backoff); "
         "0: stop the run instead.",
+    )
+    hang_timeout_s: float = _key(
+        DEFAULT_HANG_TIMEOUT_S,
+        "Seconds the server may not answer (alive, but stopped or deadlocked) before vf-rl kills "
+        "and restarts it (counted in max_restarts); 0: never.",
+    )
+    progress_timeout_s: float = _key(
+        DEFAULT_PROGRESS_TIMEOUT_S,
+        "Seconds the server's engine may make no progress while requests wait (generation not "
+        "paused) before vf-rl kills and restarts the server (counted in max_restarts); 0: never.",
     )
     # without host/port: those are above
     args: dict[str, Any] = _key({}, "vf-vllm flags: enforce_eager = true -> --enforce-eager.")
@@ -218,6 +244,10 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
                 f"trainer.hang_timeout_s = {hang_timeout_s} must be >= 0 and finite",
                 hint="0 turns the progress watch off; leave it unset for the default (about 31 min)",
             )
+    bounds = {  # None: not set, the default (fitted to the trainer's waits below)
+        key: None if inference.get(key) is None else _hang_bound(f"inference.{key}", inference[key])
+        for key in ("hang_timeout_s", "progress_timeout_s")
+    }
     shared_gpu = inference.get("shared_gpu")
     if shared_gpu is not None:
         check_type("inference.shared_gpu", shared_gpu, bool)
@@ -243,6 +273,7 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         raise _as_written(err, {"vllm_server_host": host_path, "vllm_server_port": port_path}) from None
     if resume is not None:
         resume = _check_resume(resume, rl.output_dir)
+    bounds = _fit_hang_bounds(bounds, rl)
     return RunConfig(
         model=model,
         envs=envs,
@@ -252,6 +283,8 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
             host=host,
             port=port,
             max_restarts=max_restarts,
+            hang_timeout_s=bounds["hang_timeout_s"],
+            progress_timeout_s=bounds["progress_timeout_s"],
             args=inference_args,
         ),
         trainer=TrainerConfig(
@@ -265,6 +298,50 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         source=source if source is not None else (sources[0] if sources else None),
         sources=tuple(sources) or ((source,) if source is not None else ()),
     )
+
+
+def _hang_bound(key: str, value: Any) -> float:
+    """A hang watch bound: seconds >= 0 (0: that check is off), as a float; one line otherwise."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(
+            f"{key} = {describe_value(value)} must be a number of seconds >= 0",
+            hint="0 turns this check off; e.g. 60",
+        )
+    return float(value)
+
+
+def _fit_hang_bounds(bounds: dict[str, float | None], rl: RLConfig) -> dict[str, float]:
+    """The hang bounds against the trainer's own waits on a server that hangs: its requests time
+    out (a weight sync after ``sync_weights_timeout``, a batch after ``generation_timeout``) and
+    it waits ``vllm_server_timeout`` for a server it lost. A hang found after one of these ran
+    out comes too late (the trainer failed, or gave up on the server), so a bound set at or above
+    the shortest is refused in one line; a default is lowered to half of it."""
+    waits = {
+        "trainer.args.vllm_server_timeout": float(rl.vllm_server_timeout),
+        "trainer.args.generation_timeout": float(rl.generation_timeout),
+        "trainer.args.sync_weights_timeout": float(
+            rl.grpo_args.get("sync_weights_timeout", GRPOConfig.sync_weights_timeout)
+        ),
+    }
+    name, shortest = min(waits.items(), key=lambda item: item[1])
+    defaults = {"hang_timeout_s": DEFAULT_HANG_TIMEOUT_S, "progress_timeout_s": DEFAULT_PROGRESS_TIMEOUT_S}
+    fitted: dict[str, float] = {}
+    for key, bound in bounds.items():
+        if bound is None:
+            fitted[key] = min(defaults[key], shortest / 2)
+        elif bound >= shortest:
+            raise ConfigError(
+                f"inference.{key} = {bound:g} must be below {name} ({shortest:g} s)",
+                hint="a hang must be found before the trainer's own wait runs out; lower it, or 0 for never",
+            )
+        else:
+            fitted[key] = bound
+    return fitted
 
 
 def _check_resume(value: bool | str, output_dir: str) -> bool | str | None:

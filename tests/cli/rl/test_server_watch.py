@@ -1,0 +1,273 @@
+"""The hang watch's decision (cli/rl/server_watch.py) on a fake clock, its prober on fake probes,
+the config keys of its bounds, and the ``/vf/progress`` counters it reads (fake engine outputs)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from verifiers.cli.rl.server_watch import Hang, Probe, Prober, Progress, ServerWatch
+from verifiers.errors import ConfigError
+
+SILENT = Probe(answered=False)
+
+
+def moving(steps: int, pending: int = 4, paused: bool = False, tokens: int | None = None) -> Probe:
+    return Probe(
+        True,
+        Progress(steps=steps, tokens=steps if tokens is None else tokens, pending=pending, paused=paused),
+    )
+
+
+def run(watch: ServerWatch, probes: list[tuple[float, Probe]]) -> list[Hang | None]:
+    return [watch.observe(p, now) for now, p in probes]
+
+
+def test_a_server_that_stops_answering_is_found_once_the_bound_passed():
+    watch = ServerWatch(answer_timeout_s=30, progress_timeout_s=60, now=0.0)
+    assert run(watch, [(5, moving(1)), (10, SILENT), (20, SILENT), (34.9, SILENT)]) == [None] * 4
+    hang = watch.observe(SILENT, 35.0)  # 30 s after the last answer (at 5 s)
+    assert hang == Hang("no_answer", 30.0, 30)
+    line = hang.describe(1234, "at 03:12:45")
+    assert line == (
+        "Inference server (pid 1234) did not answer /vf/progress for 30 s at 03:12:45 "
+        "(stopped or deadlocked; inference.hang_timeout_s = 30)"
+    )
+
+
+def test_a_slow_answer_now_and_then_is_not_a_hang():
+    watch = ServerWatch(answer_timeout_s=30, progress_timeout_s=0, now=0.0)
+    probes = [(t, SILENT if (t // 5) % 4 else moving(int(t))) for t in range(5, 300, 5)]
+    assert all(h is None for h in run(watch, probes))  # never 30 s without an answer
+
+
+def test_an_engine_without_progress_while_requests_wait_is_found():
+    watch = ServerWatch(answer_timeout_s=30, progress_timeout_s=60, now=0.0)
+    assert run(watch, [(5, moving(10)), (10, moving(11)), (15, moving(11))]) == [None] * 3
+    # stuck at 11 since the probe at 15 s (the first that saw it not move): found at 75 s, not before
+    assert run(watch, [(t, moving(11)) for t in range(20, 75, 5)]) == [None] * 11
+    hang = watch.observe(moving(11, pending=8), 75.0)
+    assert hang == Hang("no_progress", 60.0, 60, pending=8)
+    assert hang.describe(99, "at 01:02:03") == (
+        "vLLM engine core of the inference server (pid 99) made no progress for 60 s with 8 requests "
+        "pending at 01:02:03 (stopped or deadlocked; inference.progress_timeout_s = 60)"
+    )
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        moving(11, pending=0),  # idle: nothing to make progress on
+        moving(11, paused=True),  # a weight update or sleep: no progress on purpose
+        Probe(True, None),  # a server without counters: only answering is watched
+    ],
+    ids=["idle", "paused", "no-counters"],
+)
+def test_no_progress_is_no_hang_when_none_is_expected(probe):
+    watch = ServerWatch(answer_timeout_s=30, progress_timeout_s=60, now=0.0)
+    watch.observe(moving(11), 5)
+    assert all(watch.observe(probe, t) is None for t in range(10, 400, 5))
+    # and the stall clock starts afresh once work waits again
+    assert all(watch.observe(moving(11), t) is None for t in (400, 405, 455))
+    assert watch.observe(moving(11), 470) is not None
+
+
+def test_tokens_alone_count_as_progress():
+    watch = ServerWatch(answer_timeout_s=0, progress_timeout_s=20, now=0.0)
+    assert all(watch.observe(moving(5, tokens=t), float(t)) is None for t in range(1, 100))
+
+
+def test_silence_keeps_the_stall_clock_running_and_bounds_of_0_are_off():
+    watch = ServerWatch(answer_timeout_s=100, progress_timeout_s=60, now=0.0)
+    watch.observe(moving(3), 0.0)
+    watch.observe(moving(3), 5.0)  # stuck from here
+    assert watch.observe(SILENT, 50.0) is None
+    assert watch.observe(moving(3), 65.0) == Hang("no_progress", 60.0, 60, pending=4)
+    off = ServerWatch(answer_timeout_s=0, progress_timeout_s=0, now=0.0)
+    assert all(off.observe(p, t) is None for t in range(1, 1000, 7) for p in (SILENT, moving(3)))
+
+
+def test_reset_forgives_what_came_before_a_restart():
+    watch = ServerWatch(answer_timeout_s=30, progress_timeout_s=60, now=0.0)
+    watch.observe(moving(3), 0.0)
+    watch.observe(moving(3), 5.0)
+    watch.reset(100.0)  # a restarted server, ready at 100 s, with counters from 0
+    assert watch.observe(SILENT, 129.0) is None and watch.observe(moving(0), 130.0) is None
+    assert watch.observe(moving(0), 135.0) is None and watch.observe(moving(0), 194.0) is None
+    assert watch.observe(moving(0), 195.0) is not None
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ({"steps": 3, "tokens": 9, "pending": 2, "paused": False, "counted": True}, Progress(3, 9, 2, False)),
+        (
+            {"steps": 3, "tokens": 9, "pending": None, "paused": True, "counted": True},
+            Progress(3, 9, 0, True),
+        ),
+        ({"steps": 0, "tokens": 0, "pending": 1, "paused": False, "counted": False}, None),
+        ({"detail": "Not Found"}, None),
+        ([1, 2], None),
+    ],
+)
+def test_progress_from_an_answer(body, expected):
+    assert Progress.from_answer(body) == expected
+
+
+def test_the_prober_reports_a_hang_once_and_is_silent_while_disarmed():
+    answers = iter([moving(1), moving(2)] + [SILENT] * 1000)
+    calls = []
+
+    def fake_probe(url: str) -> Probe:
+        calls.append(url)
+        return next(answers)
+
+    prober = Prober(
+        "http://x", answer_timeout_s=0.2, progress_timeout_s=0, interval_s=0.02, probe_fn=fake_probe
+    )
+    try:
+        assert prober.hang() is None and not calls  # nothing runs before arm()
+        prober.arm()
+        deadline = time.monotonic() + 10
+        while prober.hang() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        hang = prober.hang()
+        assert hang is not None and hang.kind == "no_answer" and 0.2 <= hang.seconds < 2
+        count = len(calls)
+        time.sleep(0.2)
+        assert len(calls) == count  # one report, then no more probes until armed again
+        prober.arm()
+        assert prober.hang() is None
+    finally:
+        prober.close()
+    prober.thread.join(2)
+    assert not prober.thread.is_alive()
+
+
+def test_a_prober_with_both_bounds_off_never_starts():
+    prober = Prober("http://x", 0, 0, probe_fn=lambda url: pytest.fail("probed"))
+    prober.arm()
+    assert prober.thread is None
+    prober.close()
+
+
+# -- config -----------------------------------------------------------------------------------
+
+
+def parse(**inference):
+    from tests.cli.rl.test_rl_cli import CONFIG
+    from verifiers.cli.run_config import load as tc
+
+    raw = tc.tomllib.loads(CONFIG)
+    trainer_args = inference.pop("trainer_args", {})
+    raw["inference"].update(inference)
+    raw["trainer"].setdefault("args", {}).update(trainer_args)
+    return tc.parse_config(raw).inference
+
+
+def test_bounds_default_and_are_read_from_the_inference_table():
+    assert (parse().hang_timeout_s, parse().progress_timeout_s) == (60.0, 120.0)
+    cfg = parse(hang_timeout_s=15, progress_timeout_s=0)
+    assert (cfg.hang_timeout_s, cfg.progress_timeout_s) == (15.0, 0.0)
+    # defaults fit a short trainer wait: half of it
+    assert parse(trainer_args={"vllm_server_timeout": 100}).progress_timeout_s == 50.0
+
+
+@pytest.mark.parametrize(
+    "inference, message",
+    [
+        (
+            {"hang_timeout_s": -1},
+            "inference.hang_timeout_s = -1 (an integer) must be a number of seconds >= 0",
+        ),
+        ({"progress_timeout_s": "60"}, 'inference.progress_timeout_s = "60" (a string) must be a number'),
+        ({"hang_timeout_s": True}, "inference.hang_timeout_s = true (a boolean) must be a number"),
+        (
+            {"hang_timeout_s": 300},
+            "inference.hang_timeout_s = 300 must be below trainer.args.vllm_server_timeout (300 s)",
+        ),
+        (
+            {"progress_timeout_s": 90, "trainer_args": {"sync_weights_timeout": 80}},
+            "inference.progress_timeout_s = 90 must be below trainer.args.sync_weights_timeout (80 s)",
+        ),
+    ],
+)
+def test_a_bad_bound_is_one_line(inference, message):
+    with pytest.raises(ConfigError) as err:
+        parse(**inference)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+# -- the counters of /vf/progress --------------------------------------------------------------
+
+
+class FakeCore:
+    """vLLM's async core client, as far as the output handler uses it."""
+
+    def __init__(self):
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    async def get_output_async(self):
+        return await self.queue.get()
+
+
+def outputs(*token_counts: int, running: int | None = None):
+    stats = None if running is None else SimpleNamespace(num_running_reqs=running, num_waiting_reqs=1)
+    return SimpleNamespace(
+        outputs=[SimpleNamespace(new_token_ids=[7] * n) for n in token_counts], scheduler_stats=stats
+    )
+
+
+def test_engine_progress_counts_what_the_output_handler_receives():
+    from verifiers.inference.server_state import EngineProgress, pending_requests
+
+    async def main():
+        core = FakeCore()
+        engine = SimpleNamespace(engine_core=core, output_processor=SimpleNamespace(request_states={"a": 1}))
+        progress = EngineProgress()
+        assert progress.hook(engine) and progress.counted
+        for batch in (outputs(1, 1, 2, running=3), outputs(), outputs(5)):
+            core.queue.put_nowait(batch)
+            assert await engine.engine_core.get_output_async() is batch  # as the output handler calls it
+        return progress, pending_requests(engine)
+
+    progress, pending = asyncio.run(main())
+    assert (progress.steps, progress.tokens, progress.running, progress.waiting, pending) == (3, 9, 3, 1, 1)
+    assert not EngineProgress().hook(SimpleNamespace()) and pending_requests(SimpleNamespace()) is None
+
+
+def test_the_progress_route_answers_without_the_engine():
+    """/vf/progress reads counters only: a fake engine whose every call would hang still gets an answer."""
+    pytest.importorskip("fastapi")
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from verifiers.inference.server import Settings, attach
+
+    class StuckEngine:
+        def __init__(self):
+            self.engine_core = FakeCore()
+            self.output_processor = SimpleNamespace(request_states={"r1": 0, "r2": 0})
+
+        def __getattr__(self, name):  # any other engine call never returns
+            async def never(*args, **kwargs):
+                await asyncio.Event().wait()
+
+            return never
+
+    app = FastAPI()
+    state = attach(app, StuckEngine(), Settings())
+    state.progress.record(outputs(2, 3))
+    answer = {}
+    thread = threading.Thread(
+        target=lambda: answer.update(TestClient(app).get("/vf/progress").json()), daemon=True
+    )
+    thread.start()
+    thread.join(20)
+    assert answer == {
+        "steps": 1, "tokens": 5, "pending": 2, "running": None, "waiting": None, "paused": False, "counted": True,
+    }  # fmt: skip
