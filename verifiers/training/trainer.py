@@ -610,10 +610,17 @@ class GRPOTrainer(Trainer):
 
     # ---- lifecycle, logging, checkpoints --------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        # True: the last *complete* checkpoint (one a kill interrupted while saving is skipped).
-        resume_from_checkpoint = ckpt.resolve_resume(
-            self.args.output_dir, resume_from_checkpoint, is_main_process=self.args.should_save
-        )
+        # True: the last *complete* checkpoint whose files still match its manifest (one a kill
+        # interrupted while saving, or one truncated or changed since, is skipped). The main process
+        # alone reads and moves the folders and the others take its choice: every process must
+        # resume the same checkpoint, even where a half-synced file system shows them different files.
+        requested = resume_from_checkpoint
+        if requested:  # (no collective when there is nothing to resume)
+            resume_from_checkpoint = wait_together(
+                self.accelerator,
+                lambda: ckpt.resolve_resume(self.args.output_dir, requested, is_main_process=True),
+                "choosing the checkpoint to resume from",
+            )
         self._resume_dir = resume_from_checkpoint or None
         self._prepared = None
         self.stop_signals.install()  # SIGINT / SIGTERM: save the step, raise TrainingStopped (shutdown.py)

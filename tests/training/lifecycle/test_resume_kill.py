@@ -4,7 +4,9 @@
   ``checkpoint_complete.json`` mark exists, moves half-written later ones aside,
   and ``save_total_limit`` never deletes the last complete one.
 - A run that dies while saving (fake server): the half-written checkpoint is
-  skipped and the next step's loss equals an uninterrupted run's.
+  skipped and the next step's loss equals an uninterrupted run's. A checkpoint
+  truncated after it was marked is skipped the same way, in one line
+  (test_checkpoint_verify.py: the other kinds of damage, on folders alone).
 - SIGKILL against a real vf-vllm server (``-m server``): ``resume_run.py`` in a
   subprocess, one batch ahead, a checkpoint every step. Run A trains N steps;
   run B is SIGKILLed once checkpoint-2 is complete, then resumed in a new process.
@@ -188,6 +190,30 @@ def test_run_killed_while_saving_resumes_from_the_previous_checkpoint(
     # The fake server's log-probs are not the model's: tiny losses, so compare relatively.
     assert b[1]["loss"] == pytest.approx(a["loss"], rel=1e-6) and b[1]["reward"] == a["reward"]
     assert b[1]["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-6)
+
+
+def test_a_truncated_checkpoint_is_skipped_and_the_run_resumes_from_the_one_before(
+    tiny_model_dir, fake_server, tmp_path, caplog
+):
+    # The weights of checkpoint-2 lose their second half after the mark (a bad copy, a half-synced
+    # file system): before, Trainer failed deep inside safetensors; now one line, checkpoint-1.
+    args = grpo_args(
+        tmp_path, max_steps=2, num_batches_ahead=1, save_strategy="steps", save_steps=1, save_only_model=False
+    )
+    make_trainer(tiny_model_dir, RecordingClient(fake_server), args).train()
+    out = Path(args.output_dir)
+    weights = out / "checkpoint-2" / "model.safetensors"
+    with open(weights, "r+b") as fh:
+        fh.truncate(weights.stat().st_size // 2)
+
+    resumed = make_trainer(tiny_model_dir, RecordingClient(fake_server), args)
+    with caplog.at_level("WARNING", logger="verifiers.training.lifecycle.checkpoint"):
+        resumed.train(resume_from_checkpoint=True)
+    [line] = [r.getMessage() for r in caplog.records if " is corrupt (" in r.getMessage()]
+    assert line.startswith("checkpoint-2 is corrupt (model.safetensors: ")
+    assert line.endswith("moved to corrupt-checkpoint-2; resuming from checkpoint-1")
+    assert [h["step"] for h in train_log(resumed)] == [1, 2]  # step 1 from checkpoint-1, step 2 trained again
+    assert ckpt.verify(out / "checkpoint-2") is None and (out / "corrupt-checkpoint-2").is_dir()
 
 
 # ---------------------------------------------------------------------------

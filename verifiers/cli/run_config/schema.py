@@ -352,9 +352,12 @@ def _check_resume(value: bool | str, output_dir: str) -> bool | str | None:
     if value is False or value == "":
         return None
     if value is True:
+        # Sizes only (a stat per file): the trainer reads and checks the one it picks.
         if ckpt.last_complete_checkpoint(output_dir) is None:
             found = [p.name for _, p in ckpt.checkpoints(output_dir)]
-            problem = f"none of {', '.join(found)} is complete" if found else "it holds no checkpoint"
+            problem = (
+                f"none of {', '.join(found)} is complete and intact" if found else "it holds no checkpoint"
+            )
             raise ConfigError(
                 f"{path} = true, but output_dir {output_dir}: {problem}",
                 hint="train without it first, or set it to a checkpoint folder",
