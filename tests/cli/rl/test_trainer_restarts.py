@@ -105,12 +105,9 @@ def test_a_killed_trainer_is_restarted_from_its_last_checkpoint(tmp_path):
     launcher = rl_launcher.Launcher(plan)
     assert launcher.run() == 0
     first, second = starts(tmp_path)
-    checkpoint = str(tmp_path / "out" / "checkpoint-1")
-    # The same command, plus the resume override; $VF_RL_ATTEMPT counts the attempts.
-    assert first[:2] == [[], "1"] and second[:2] == [
-        ["--trainer.args.resume_from_checkpoint", checkpoint],
-        "2",
-    ]
+    # The same command, plus the resume override (true: the trainer takes the newest checkpoint that
+    # verifies, checkpoint-1 here); $VF_RL_ATTEMPT counts the attempts.
+    assert first[:2] == [[], "1"] and second[:2] == [["--trainer.args.resume_from_checkpoint", "true"], "2"]
     log = status_lines(tmp_path)
     restarts = [line for line in log.splitlines() if "restarting it" in line]
     assert len(restarts) == 1, log
@@ -156,7 +153,7 @@ def test_a_stopped_trainer_is_found_killed_and_restarted(tmp_path, monkeypatch):
     assert launcher.run() == 0
     assert time.monotonic() - started < 60
     (first_argv, _, first_pid), (second_argv, attempt, _) = starts(tmp_path)
-    assert attempt == "2" and second_argv[-1] == str(tmp_path / "out" / "checkpoint-1")
+    assert attempt == "2" and second_argv[-2:] == ["--trainer.args.resume_from_checkpoint", "true"]
     line = re.search(
         r"Trainer rank 0 \(pid (\d+)\) made no progress for (\d+) s \(stopped\?\); killed it at \d\d:\d\d:\d\d; "
         r"restarting it \(1/3\) from checkpoint-1 in 0.2 s",

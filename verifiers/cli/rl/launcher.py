@@ -297,7 +297,11 @@ class Launcher:
             f"{what} at {at}; restarting it ({self.trainer_restarts}/{limit}) from {where} in {delay:.3g} s{error}"
         )
         self.stopping.wait(delay)  # interruptible: a signal still reaches the handler
-        resume = ["--trainer.args.resume_from_checkpoint", checkpoint] if checkpoint else []
+        # "true", not the folder: the trainer then takes the newest checkpoint that verifies in full
+        # (checksums; a corrupt one is moved aside with one line, checkpoint.resolve_resume), where
+        # the pick above, for the line, compares sizes only. A folder named explicitly and found
+        # corrupt would fail every restart the same way.
+        resume = ["--trainer.args.resume_from_checkpoint", "true"] if checkpoint else []
         trainer.cmd = self.trainer_cmd + resume  # the last override wins over one the user gave
         self._start_trainer(attempt=self.trainer_restarts + 1)
         return True
