@@ -14,9 +14,7 @@
    (r=8 on q/k/v/o, ``update_lora``, target <= 0.1 s), each repeated; medians reported.
 
 ``--neighbour N`` runs both servers beside N busy processes (each spinning on one core,
-unpinned, at ``--neighbour-nice``): the throughput ratio should hold there too, since a
-user's machine is rarely quiet (vf-vllm then leaves the busy cores to the neighbour,
-inference/cpu_binding.py).
+unpinned, at ``--neighbour-nice``): a user's machine is rarely quiet.
 
 Prints a markdown table, writes JSON (default ``outputs/benchmarks/server.json``) and
 ends with ``server_ratio=R full_sync_s=F lora_sync_s=L``.

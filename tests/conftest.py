@@ -36,10 +36,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # bf16 fast (verifiers/utils/compute_dtype.py); tests/utils/test_compute_dtype.py and the bf16
 # training tests set their own. VF_CPU_DTYPE=auto runs the suite as a user's machine would.
 os.environ.setdefault("VF_CPU_DTYPE", "float32")
-# And every core, whatever else runs (CI runs two streams side by side): a thread count that
-# followed the load would change results between two runs a test compares. utils/cpu_load.py
-# has tests of its own.
-os.environ.setdefault("VF_CPU_IGNORE_LOAD", "1")
 
 
 def _interrupt(signum, frame):

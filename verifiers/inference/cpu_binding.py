@@ -11,18 +11,15 @@ Measured on 2 cores (SmolLM2-135M fp32, 8 prompts × 8 samples × ≤ 64 tokens)
 So, for a single-worker CPU server whose user set neither
 ``VLLM_CPU_OMP_THREADS_BIND`` nor ``VLLM_CPU_NUM_OF_RESERVED_CPU``, vf-vllm binds
 the threads to one logical CPU of every physical core this process may run on (the
-same per-core choice as vLLM's ``auto``, without the reservation), leaving out cores
-another process keeps busy at start (utils/cpu_load.py). Machines with several NUMA
-nodes keep vLLM's choice: ``auto`` binds to one node on purpose.
+same per-core choice as vLLM's ``auto``, without the reservation). Machines with
+several NUMA nodes keep vLLM's choice: ``auto`` binds to one node on purpose.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-
-from verifiers.utils.cpu_load import CoreLoad, core_load
 
 USER_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 _SYS = Path("/sys/devices/system")
@@ -47,27 +44,19 @@ def numa_nodes(sys_root: Path = _SYS) -> int:
 
 
 def all_cores_binding(
-    world_size: int,
-    env: Mapping[str, str] | None = None,
-    sys_root: Path = _SYS,
-    load: Callable[[list[int]], CoreLoad | None] | None = None,
-) -> tuple[str, CoreLoad | None] | None:
-    """The ``VLLM_CPU_OMP_THREADS_BIND`` value vf-vllm sets (and the load that shaped it), or None
-    to leave vLLM's default.
+    world_size: int, env: Mapping[str, str] | None = None, sys_root: Path = _SYS
+) -> str | None:
+    """The ``VLLM_CPU_OMP_THREADS_BIND`` value vf-vllm sets, or None to leave vLLM's default.
 
     None when the user chose (either variable set), when the server has several
     workers (tensor/pipeline/data parallel: each needs its own cores), or on a
-    machine with several NUMA nodes. Cores another process keeps busy at start are
-    left out (utils/cpu_load.py): a worker thread sharing a core holds the others back.
+    machine with several NUMA nodes.
     """
     env = os.environ if env is None else env
     if world_size != 1 or any(env.get(v) for v in USER_VARS) or numa_nodes(sys_root) > 1:
         return None
     cpus = one_cpu_per_core(sorted(os.sched_getaffinity(0)), sys_root)
-    busy = (load or core_load)(cpus)
-    if busy is not None:  # even one free core is bound: vLLM's auto could pick the busy one
-        return ",".join(str(c) for c in busy.free), busy
-    return (",".join(str(c) for c in cpus), None) if len(cpus) > 1 else None
+    return ",".join(str(c) for c in cpus) if len(cpus) > 1 else None
 
 
 def bind_all_cores(world_size: int, env: MutableMapping[str, str] | None = None) -> str | None:
@@ -75,17 +64,11 @@ def bind_all_cores(world_size: int, env: MutableMapping[str, str] | None = None)
 
     With an explicit list vLLM reserves no core (its reservation only shapes ``auto``)."""
     env = os.environ if env is None else env
-    chosen = all_cores_binding(world_size, env)
-    if chosen is None:
+    binding = all_cores_binding(world_size, env)
+    if binding is None:
         return None
-    binding, busy = chosen
     env["VLLM_CPU_OMP_THREADS_BIND"] = binding
-    why = (
-        f"the idle ones: {busy.line()}"
-        if busy is not None
-        else "all of them; a trainer on this machine waits while the server generates"
-    )
     return (
-        f"vf-vllm: vLLM-CPU worker threads on cores {binding} ({why}). "
-        "Set VLLM_CPU_OMP_THREADS_BIND to choose the cores yourself."
+        f"vf-vllm: vLLM-CPU worker threads on cores {binding} (all of them; a trainer on this machine "
+        "waits while the server generates). Set VLLM_CPU_OMP_THREADS_BIND to choose the cores yourself."
     )

@@ -85,7 +85,6 @@ from verifiers.training.weights.sync import (
     zero3_gather,
     zero3_reference,
 )
-from verifiers.utils.cpu_load import threads_beside_load
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.trainer")
@@ -170,8 +169,6 @@ class GRPOTrainer(Trainer):
         super().__init__(model=model, args=args, callbacks=callbacks, optimizers=optimizers, **data)
         self._keep_fp32_master_weights()
         self._frozen_linears_in_autocast_dtype()
-        if self.args.device.type == "cpu" and (line := threads_beside_load(self.args.world_size)):
-            logger.info(line)  # a thread on a core another process keeps busy holds the others back
         self.server = ServerLink(args, self.accelerator, client)
         self.ref_model = None
         if args.beta > 0 and not is_peft_model(self.model):  # with PEFT: the adapter-disabled model
