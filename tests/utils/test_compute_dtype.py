@@ -111,3 +111,26 @@ def test_vf_vllm_serves_the_cpu_dtype_unless_told(monkeypatch, capsys, env, flag
     assert str(args.dtype) == want
     said = capsys.readouterr().err
     assert ("vf-vllm: serving in" in said) is (not flags)
+
+
+def test_the_run_header_names_the_precision_and_why(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    from verifiers.training.rl.trainer import _describe_precision
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv(cd.ENV, "bfloat16")
+    line = _describe_precision(SimpleNamespace(device=cpu, bf16=True, fp16=False))
+    assert line.startswith("Precision: bf16 autocast on CPU, fp32 master weights") and "VF_CPU_DTYPE" in line
+    assert "though this CPU computes bf16 faster" in _describe_precision(
+        SimpleNamespace(device=cpu, bf16=False, fp16=False)
+    )
+    cd.cpu_compute_dtype.cache_clear()
+    monkeypatch.setenv(cd.ENV, "float32")
+    assert _describe_precision(SimpleNamespace(device=cpu, bf16=False, fp16=False)).startswith(
+        "Precision: fp32; CPU"
+    )
+    gpu = SimpleNamespace(device=torch.device("cuda"), bf16=True, fp16=False)
+    assert _describe_precision(gpu) == "Precision: bf16 autocast on GPU, fp32 master weights and log-softmax"

@@ -58,6 +58,7 @@ class RLTrainer(GRPOTrainer):
         self.remove_callback(ProgressCallback)
         show_choices()  # the schedule (cpu_phases) and LoRA sync chosen at start, in the run log
         say(_describe_model(self.model, args if peft_config is not None else None))
+        say(_describe_precision(self.args))
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
         """Train as ``GRPOTrainer`` does (which first waits for the server), with start-up lines."""
@@ -91,6 +92,23 @@ def _load_model(model: Any, processing_class: Any) -> tuple[Any, Any]:
             )
         processing_class = get_tokenizer(name)
     return model, processing_class
+
+
+def _describe_precision(args: Any) -> str:
+    """One line: the compute dtype, and on a CPU why (utils/compute_dtype.py's choice)."""
+    cpu = args.device.type == "cpu"
+    choice = None
+    if cpu:
+        from verifiers.utils.compute_dtype import cpu_compute_dtype
+
+        choice = cpu_compute_dtype()
+    if args.bf16 or args.fp16:
+        half = "bf16" if args.bf16 else "fp16"
+        why = f"; {choice.line()}" if choice is not None else ""
+        return f"Precision: {half} autocast on {'CPU' if cpu else 'GPU'}, fp32 master weights and log-softmax{why}"
+    if choice is not None and choice.bf16:
+        return f"Precision: fp32 (bf16=False, though this CPU computes bf16 faster: {choice.reason})"
+    return f"Precision: fp32{f'; {choice.line()}' if choice is not None else ''}"
 
 
 def _describe_model(model: Any, lora_from: RLConfig | None) -> str:
