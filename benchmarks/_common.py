@@ -159,17 +159,9 @@ def matmul_flops(n: int = 2048, repeats: int = 10) -> float:
 
     The best run, not the mean: other load on a shared machine only ever slows a run down.
     """
-    import torch
+    from verifiers.utils.compute_dtype import matmul_rate
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
-    torch.matmul(a, b, out=out)  # warm-up: thread pool, page faults
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        torch.matmul(a, b, out=out)
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * n**3 / best
+    return matmul_rate("float32", n, repeats)
 
 
 def matmul_rates(n: int = 2048, repeats: int = 10) -> dict[str, float]:

@@ -222,20 +222,8 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
     trainer_args.update(vllm_server_host=host, vllm_server_port=port)
     trainer_args.setdefault("run_name", "-".join(e.name for e in envs))
     gpus = {side: _gpus(table, side) for side, table in (("inference", inference), ("trainer", trainer))}
-    max_restarts = inference.get("max_restarts", 3)
-    check_type("inference.max_restarts", max_restarts, int)
-    if max_restarts < 0:
-        raise ConfigError(
-            f"inference.max_restarts = {max_restarts} must be >= 0",
-            hint="0 ends the run when the server dies; 3 restarts it up to 3 times",
-        )
-    trainer_restarts = trainer.get("max_restarts", 3)
-    check_type("trainer.max_restarts", trainer_restarts, int)
-    if trainer_restarts < 0:
-        raise ConfigError(
-            f"trainer.max_restarts = {trainer_restarts} must be >= 0",
-            hint="0 ends the run when the trainer dies; 3 restarts it up to 3 times",
-        )
+    max_restarts = _restarts(inference, "inference", "the server")
+    trainer_restarts = _restarts(trainer, "trainer", "the trainer")
     hang_timeout_s = trainer.get("hang_timeout_s")
     if hang_timeout_s is not None:
         check_type("trainer.hang_timeout_s", hang_timeout_s, float)
@@ -298,6 +286,18 @@ def parse_config(raw: dict[str, Any], source: Path | None = None, sources: Seque
         source=source if source is not None else (sources[0] if sources else None),
         sources=tuple(sources) or ((source,) if source is not None else ()),
     )
+
+
+def _restarts(table: dict[str, Any], side: str, who: str) -> int:
+    """``<side>.max_restarts``: an int >= 0 (default 3); one line otherwise."""
+    value = table.get("max_restarts", 3)
+    check_type(f"{side}.max_restarts", value, int)
+    if value < 0:
+        raise ConfigError(
+            f"{side}.max_restarts = {value} must be >= 0",
+            hint=f"0 ends the run when {who} dies; 3 restarts it up to 3 times",
+        )
+    return value
 
 
 def _hang_bound(key: str, value: Any) -> float:
