@@ -233,7 +233,6 @@ progress_timeout_s = {SERVER_PROGRESS_S:g}   # requests pending, no engine step:
 [inference.args]
 enforce_eager = true
 no_enable_chunked_prefill = true
-dtype = "float32"
 kv_cache_memory_bytes = 268435456
 max_model_len = 512
 
