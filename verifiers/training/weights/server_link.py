@@ -106,7 +106,7 @@ class ServerLink:
         """The syncer for ``model`` (unwrapped), made on first use."""
         if self.syncer is None:
             client = self.connect()
-            if self._several():
+            if self._several() and client is not None:  # the main process's; the others have none
                 client = self._latch = _OutageLatch(client)
             self.syncer = WeightSyncer(
                 client,
