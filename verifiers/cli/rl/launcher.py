@@ -216,8 +216,7 @@ class Launcher:
         if hang is not None:
             # SIGKILL: a stopped process holds SIGTERM until continued, a deadlocked one may
             # never act on it, and the trainer's requests fail (and it waits) only once it is gone.
-            _signal_group(server.proc, signal.SIGKILL)
-            server.proc.wait()
+            _kill_group(server.proc)
         stop(server.proc)  # what is left of its group (vLLM's engine core) holds memory and the port
         if server.pump is not None:
             server.pump.join(timeout=5)
@@ -516,36 +515,26 @@ def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
     except (ProcessLookupError, PermissionError):
         return
 
-    def group_gone() -> bool | None:
-        proc.poll()
-        try:
-            os.killpg(proc.pid, 0)  # anyone left in the group (vLLM's engine, accelerate's workers)?
-        except (ProcessLookupError, PermissionError):
-            return True
-        return None
-
-    if poll_until(group_gone, Backoff(first=0.1, max_delay=0.1, timeout=grace)):
+    if poll_until(lambda: _group_gone(proc), Backoff(first=0.1, max_delay=0.1, timeout=grace)):
         return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _signal_group(proc, signal.SIGKILL)
     proc.wait()
+
+
+def _group_gone(proc: subprocess.Popen) -> bool | None:
+    """True once nobody is left in a child's process group (vLLM's engine, accelerate's workers)."""
+    proc.poll()
+    try:
+        os.killpg(proc.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return True
+    return None
 
 
 def _kill_group(proc: subprocess.Popen, wait: float = STOP_GRACE_S) -> None:
     """SIGKILL a child's whole process group (a stopped process too) and wait until it is gone."""
     _signal_group(proc, signal.SIGKILL)
-
-    def group_gone() -> bool | None:
-        proc.poll()
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return True
-        return None
-
-    poll_until(group_gone, Backoff(first=0.05, max_delay=0.2, timeout=wait))
+    poll_until(lambda: _group_gone(proc), Backoff(first=0.05, max_delay=0.2, timeout=wait))
     proc.wait()
 
 

@@ -29,6 +29,18 @@ def collective_timeout(args: Any) -> int:
     return max(CHECKPOINT_WRITE_S, min_collective_timeout(args))
 
 
+def env_flag(name: str) -> bool:
+    """An accelerate launcher variable set to a true value (``1``/``true``/``yes``)."""
+    import os
+
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")
+
+
+def deepspeed_launched(kwargs: dict[str, Any]) -> bool:
+    """DeepSpeed asked for: a ``deepspeed`` config among a config's keyword arguments, or accelerate's launcher."""
+    return bool(kwargs.get("deepspeed")) or env_flag("ACCELERATE_USE_DEEPSPEED")
+
+
 def cpu_distributed_backend(args: Any) -> None:
     """Several processes on a machine without CUDA (``accelerate launch`` or ``torchrun``): gloo, as DDP
     on CPU (``use_cpu``) unless DeepSpeed is launched; FSDP refused (accelerate runs it on CUDA only).
@@ -41,10 +53,7 @@ def cpu_distributed_backend(args: Any) -> None:
 
     import torch
 
-    def flag(name: str) -> bool:
-        return os.environ.get(name, "").lower() in ("1", "true", "yes")
-
-    if flag("ACCELERATE_USE_DEEPSPEED") and (args.use_cpu or flag("ACCELERATE_USE_CPU")):
+    if env_flag("ACCELERATE_USE_DEEPSPEED") and (args.use_cpu or env_flag("ACCELERATE_USE_CPU")):
         raise ConfigError(
             "use_cpu=True (or ACCELERATE_USE_CPU=1) makes accelerate ignore the DeepSpeed config",
             hint="on a CPU-only machine launch DeepSpeed without use_cpu / ACCELERATE_USE_CPU "
@@ -53,8 +62,8 @@ def cpu_distributed_backend(args: Any) -> None:
         )
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.cuda.is_available():
         return
-    deepspeed = flag("ACCELERATE_USE_DEEPSPEED")
-    if flag("ACCELERATE_USE_FSDP") or args.fsdp:
+    deepspeed = env_flag("ACCELERATE_USE_DEEPSPEED")
+    if env_flag("ACCELERATE_USE_FSDP") or args.fsdp:
         # accelerate runs FSDP only over CUDA devices: on CPU the ranks would not form one run.
         raise ConfigError(
             "FSDP needs CUDA devices: this machine has none",

@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import importlib.util
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +29,11 @@ from verifiers.errors import ConfigError
 from verifiers.training.config.assigned import DERIVED_FIELDS, resolved_config
 from verifiers.training.config.batch_layout import resolve_batch_layout
 from verifiers.training.config.choices import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
-from verifiers.training.config.collective import collective_timeout, cpu_distributed_backend
+from verifiers.training.config.collective import (
+    collective_timeout,
+    cpu_distributed_backend,
+    deepspeed_launched,
+)
 from verifiers.training.config.lora import LORA_TARGET_MODULES, check_lora_settings, lora_defaults
 from verifiers.training.config.presets import AUTO, FIELD, preset_value, preset_values
 from verifiers.training.config.rules import (
@@ -400,13 +403,6 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _deepspeed(args: dict[str, Any]) -> bool:
-    return bool(args.get("deepspeed")) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in (
-        "1",
-        "true",
-    )
-
-
 def resolve_bf16(args: dict[str, Any]) -> None:
     """``args["bf16"]`` (and ``use_cpu`` for CPU autocast) as the machine allows, in place; see
     ``grpo_defaults`` (RLConfig.to_grpo_config resolves its AUTO the same way)."""
@@ -414,7 +410,7 @@ def resolve_bf16(args: dict[str, Any]) -> None:
 
     cuda = _cuda()
     if args.get("bf16") is AUTO:
-        choice = bf16_auto(cuda, cuda and _bf16_accelerator(), _deepspeed(args))
+        choice = bf16_auto(cuda, cuda and _bf16_accelerator(), deepspeed_launched(args))
         (logger.warning if choice.warn else logger.info)("bf16: %s", choice.line)
         args["bf16"] = choice.bf16
         if choice.use_cpu and args.get("use_cpu") is None:
@@ -424,7 +420,7 @@ def resolve_bf16(args: dict[str, Any]) -> None:
         return
     if cuda and not _bf16_accelerator():
         reason = "this GPU has no bf16"
-    elif not cuda and _deepspeed(args):
+    elif not cuda and deepspeed_launched(args):
         reason = "DeepSpeed on CPU runs without bf16 here"
     else:
         if not cuda and args.get("use_cpu") is None:

@@ -159,19 +159,6 @@ def bf16_auto(cuda: bool, gpu_bf16: bool, deepspeed: bool, cpu: Any = None) -> B
     return Bf16Choice(False, False, f"training in fp32 (bf16=False): {cpu.line()}", False)
 
 
-def machine_bf16_auto(deepspeed: bool) -> Bf16Choice:
-    """:func:`bf16_auto` for this machine (CUDA and its bf16 support asked, the CPU measured)."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    gpu_bf16 = False
-    if cuda:
-        from transformers.utils import is_torch_bf16_gpu_available
-
-        gpu_bf16 = bool(is_torch_bf16_gpu_available())
-    return bf16_auto(cuda, gpu_bf16, deepspeed)
-
-
 def _cell(value: Any) -> str:
     if value is FIELD:
         return "·"
