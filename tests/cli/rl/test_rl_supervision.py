@@ -329,14 +329,11 @@ def test_ctrl_c_in_a_tmux_pane_lets_the_trainer_checkpoint(tmp_path):
 # -- a real run: the vLLM server killed mid-training --------------------------------------------
 
 
-@pytest.mark.server
-@pytest.mark.slow
-def test_vf_rl_run_survives_its_server_killed_mid_run(tiny_model_dir, tmp_path):
-    """kill -9 of vf-vllm's pid after step 2: vf-rl restarts it, the trainer re-syncs, every step runs once."""
-    pytest.importorskip("vllm")
+def start_real_run(tiny_model_dir: Path, tmp_path: Path, steps: int) -> tuple[subprocess.Popen, Path]:
+    """``vf-rl`` on the tiny model and reverse-text for ``steps`` steps (a checkpoint every step, a CPU
+    vf-vllm in fp32), started in ``tmp_path``: the process (stdout piped) and its output folder."""
     from tests.cli.test_cli_real_runs import CONFIG  # a real run's config (checkpoints every step)
 
-    steps = 6
     cfg = tmp_path / "cfg.toml"
     text = CONFIG.format(model=tiny_model_dir, port=free_port()).replace(
         "max_steps = 2", f"max_steps = {steps}"
@@ -352,12 +349,27 @@ def test_vf_rl_run_survives_its_server_killed_mid_run(tiny_model_dir, tmp_path):
         "VLLM_CACHE_ROOT": VLLM_CACHE_ROOT,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "environments" / "reverse_text")]),
     }
-    run = tmp_path / "outputs" / "resume-e2e"
-    logs = run / "logs"
     child = subprocess.Popen(
         [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    return child, tmp_path / "outputs" / "resume-e2e"
+
+
+def step_lines(run: Path) -> list[dict]:
+    """The per-step lines of a run's metrics.jsonl (not the summary, not eval lines)."""
+    lines = [json.loads(line) for line in (run / "runs" / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if "train_runtime" not in r and not any(k.startswith("eval_") for k in r)]
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_vf_rl_run_survives_its_server_killed_mid_run(tiny_model_dir, tmp_path):
+    """kill -9 of vf-vllm's pid after step 2: vf-rl restarts it, the trainer re-syncs, every step runs once."""
+    pytest.importorskip("vllm")
+    steps = 6
+    child, run = start_real_run(tiny_model_dir, tmp_path, steps)
+    logs = run / "logs"
     try:
         wait_for(
             lambda: (logs / "trainer.log").exists() and "Step 2/" in (logs / "trainer.log").read_text(), 400
@@ -373,10 +385,9 @@ def test_vf_rl_run_survives_its_server_killed_mid_run(tiny_model_dir, tmp_path):
     status = status_lines(run)
     assert "Inference server exited with status -9 at " in status and "restarting it (1/3)" in status, status
     assert "Inference server ready again after" in status
-    lines = [json.loads(line) for line in (run / "runs" / "metrics.jsonl").read_text().splitlines()]
-    step_lines = [r for r in lines if "train_runtime" not in r and not any(k.startswith("eval_") for k in r)]
-    assert [r["step"] for r in step_lines] == list(range(1, steps + 1)), [r["step"] for r in step_lines]
-    assert sum(r.get("errors/server_restarts", 0) for r in step_lines) >= 1, step_lines
+    steps_run = step_lines(run)
+    assert [r["step"] for r in steps_run] == list(range(1, steps + 1)), [r["step"] for r in steps_run]
+    assert sum(r.get("errors/server_restarts", 0) for r in steps_run) >= 1, steps_run
     assert f"Step {steps}/{steps}:" in out
 
 

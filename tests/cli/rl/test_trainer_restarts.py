@@ -214,34 +214,12 @@ def test_vf_rl_run_survives_its_trainer_killed_mid_run(tiny_model_dir, tmp_path)
     server, and every step is in metrics.jsonl, a step logged twice marked redone."""
     pytest.importorskip("vllm")
     import signal
-    import subprocess
 
-    from tests.cli.rl.test_rl_supervision import wait_for
-    from tests.cli.test_cli_real_runs import CONFIG as REAL_CONFIG  # checkpoints every step
-    from tests.vllm_server import VLLM_CACHE_ROOT
+    from tests.cli.rl.test_rl_supervision import start_real_run, step_lines, wait_for
 
     steps = 5
-    cfg = tmp_path / "cfg.toml"
-    text = REAL_CONFIG.format(model=tiny_model_dir, port=free_port()).replace(
-        "max_steps = 2", f"max_steps = {steps}"
-    )
-    cfg.write_text(
-        text.replace(
-            "[trainer]\n", '[inference.args]\nenforce_eager = true\ndtype = "float32"\n\n[trainer]\n'
-        )
-    )
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": VLLM_CACHE_ROOT,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "environments" / "reverse_text")]),
-    }
-    run = tmp_path / "outputs" / "resume-e2e"
+    child, run = start_real_run(tiny_model_dir, tmp_path, steps)
     logs = run / "logs"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
     try:
         wait_for(lambda: (run / "checkpoint-2" / "checkpoint_complete.json").exists(), 600)
         pid = int((logs / "heartbeats" / "rank0.live").read_text())
@@ -257,11 +235,10 @@ def test_vf_rl_run_survives_its_trainer_killed_mid_run(tiny_model_dir, tmp_path)
         r"Trainer exited with SIGKILL at [\d:]+; restarting it \(1/3\) from checkpoint-\d+", status
     ), status
     assert "Inference server exited" not in status  # the server kept running
-    lines = [json.loads(line) for line in (run / "runs" / "metrics.jsonl").read_text().splitlines()]
-    step_lines = [r for r in lines if "train_runtime" not in r and not any(k.startswith("eval_") for k in r)]
-    assert sorted({r["step"] for r in step_lines}) == list(range(1, steps + 1)), step_lines
+    steps_run = step_lines(run)
+    assert sorted({r["step"] for r in steps_run}) == list(range(1, steps + 1)), steps_run
     seen: set[int] = set()
-    for r in step_lines:  # a step's second line is marked redone, and only that one
-        assert r.get("redone", False) == (r["step"] in seen), step_lines
+    for r in steps_run:  # a step's second line is marked redone, and only that one
+        assert r.get("redone", False) == (r["step"] in seen), steps_run
         seen.add(r["step"])
-    assert any(r.get("attempt") == 2 for r in step_lines)
+    assert any(r.get("attempt") == 2 for r in steps_run)
