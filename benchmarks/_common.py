@@ -184,7 +184,26 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-_SPIN = "import os, sys\nos.nice(int(sys.argv[1]))\nwhile True:\n    pass\n"
+# Detached (its parent exits at once), so that it is not in the benchmark's process tree:
+# vf-vllm and the trainer count their launcher's tree as their own work, not a neighbour's
+# (verifiers/utils/cpu_load.py). It still ends with the benchmark, even a killed one.
+_SPIN = """import os, sys, time
+nice, watched = int(sys.argv[1]), int(sys.argv[2])
+if os.fork():
+    os._exit(0)
+os.setsid()
+os.nice(nice)
+print(os.getpid(), flush=True)
+os.close(1)
+while True:
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        pass
+    try:
+        os.kill(watched, 0)
+    except ProcessLookupError:
+        os._exit(0)
+"""
 
 
 @contextlib.contextmanager
@@ -192,15 +211,19 @@ def neighbour(processes: int, nice: int = 0) -> Iterator[list[int]]:
     """``processes`` busy neighbours, each a Python process spinning on one core (unpinned: the
     kernel places it, as a user's other work), at ``nice``; stopped on exit. Yields their pids.
 
-    Users' machines are rarely quiet: a compile, a browser, another job."""
-    procs = [
-        subprocess.Popen([sys.executable, "-c", _SPIN, str(nice)], start_new_session=True)
-        for _ in range(processes)
-    ]
+    Users' machines are rarely quiet: a compile, a browser, another job. Not this process's
+    children (see ``_SPIN``), as another user's work would not be."""
+    pids = []
     try:
-        time.sleep(0.5 if procs else 0)  # running before anything is measured
-        yield [p.pid for p in procs]
+        for _ in range(processes):
+            out = subprocess.run(
+                [sys.executable, "-c", _SPIN, str(nice), str(os.getpid())],
+                stdout=subprocess.PIPE, text=True, check=True, timeout=30,
+            )  # fmt: skip
+            pids.append(int(out.stdout.split()[0]))
+        time.sleep(0.5 if pids else 0)  # running before anything is measured
+        yield pids
     finally:
-        for p in procs:
-            p.kill()
-            p.wait(10)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

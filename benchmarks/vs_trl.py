@@ -363,7 +363,10 @@ def spawn(tool: str, args: argparse.Namespace, out: Path, phases: str = "auto") 
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     print(f"running {name} ({args.steps} steps; log: {log})", flush=True)
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        from verifiers.utils.cpu_load import ours_env
+
+        # The server this benchmark started is ours, not a neighbour's load (utils/cpu_load.py).
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **ours_env()})
         try:
             rc = proc.wait()
         finally:

@@ -36,6 +36,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # bf16 fast (verifiers/utils/compute_dtype.py); tests/utils/test_compute_dtype.py and the bf16
 # training tests set their own. VF_CPU_DTYPE=auto runs the suite as a user's machine would.
 os.environ.setdefault("VF_CPU_DTYPE", "float32")
+# Every core, whatever else runs on the machine (verifiers/utils/cpu_load.py): thread counts,
+# and so float reduction orders, must not depend on CI's other work. tests/utils/test_cpu_load.py
+# measures a real neighbour.
+os.environ.setdefault("VF_CPU_NEIGHBOURS", "ignore")
 
 
 def _interrupt(signum, frame):

@@ -42,7 +42,35 @@ def test_bind_all_cores_sets_the_variable_and_says_so(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
     monkeypatch.setattr("verifiers.inference.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
     monkeypatch.setattr("verifiers.inference.cpu_binding.numa_nodes", lambda *_: 1)
-    env: dict[str, str] = {}
+    env: dict[str, str] = {"VF_CPU_NEIGHBOURS": "ignore"}  # the machine's other work aside
     line = bind_all_cores(1, env)
-    assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"} and "cores 0,1" in line
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1" and "cores 0,1" in line
     assert bind_all_cores(1, {"VLLM_CPU_OMP_THREADS_BIND": "1"}) is None
+
+
+def test_cores_that_other_work_keeps_busy_are_left_out(monkeypatch, tmp_path):
+    from verifiers.utils.cpu_load import CpuLoad
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
+    root = fake_sys(tmp_path, {c: (0, c) for c in range(4)})
+    beside_one = CpuLoad(others_cores=1.0, busy_by_cpu={0: 0.1, 1: 0.0, 2: 1.0, 3: 0.05}, window_s=0.5)
+    assert all_cores_binding(1, {}, root, load=beside_one) == "0,1,3"
+    quiet = CpuLoad(others_cores=0.2, busy_by_cpu={2: 0.2}, window_s=0.5)
+    assert all_cores_binding(1, {}, root, load=quiet) == "0,1,2,3"
+    everything = CpuLoad(others_cores=9.0, busy_by_cpu={}, window_s=0.5)
+    assert all_cores_binding(1, {}, root, load=everything) == "0"  # never fewer than one
+
+
+def test_bind_all_cores_says_when_it_leaves_cores_to_a_neighbour(monkeypatch):
+    from verifiers.utils.cpu_load import CpuLoad
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
+    monkeypatch.setattr("verifiers.inference.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
+    monkeypatch.setattr("verifiers.inference.cpu_binding.numa_nodes", lambda *_: 1)
+    busy = CpuLoad(others_cores=1.0, busy_by_cpu={0: 1.0, 1: 0.0}, window_s=0.5)
+    monkeypatch.setattr("verifiers.inference.cpu_binding.measure", lambda **_: busy)
+    env: dict[str, str] = {"VF_CPU_NEIGHBOURS": "measure"}
+    line = bind_all_cores(1, env)
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and "1.0 cores" in line
+    env = {"VF_CPU_NEIGHBOURS": "ignore"}  # the switch: every core
+    assert "cores 0,1" in bind_all_cores(1, env) and env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"

@@ -18,6 +18,7 @@ import gc
 import hashlib
 import math
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -280,6 +281,17 @@ def test_lora_sync_sends_adapter_and_uses_kl_to_base(tiny_model_dir, fake_server
     assert all("kl" in h for h in train_log(trainer))
 
 
+def _file_mappings(suffix: str) -> list[tuple[int, int]]:
+    """Address ranges of this process's memory maps of files whose name ends with ``suffix``."""
+    ranges = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[5].endswith(suffix):
+            lo, hi = fields[0].split("-")
+            ranges.append((int(lo, 16), int(hi, 16)))
+    return ranges
+
+
 def test_cpu_bf16_lora_stores_the_frozen_base_in_bf16_with_equal_results(
     tiny_model_dir, fake_server, tmp_path
 ):
@@ -304,6 +316,12 @@ def test_cpu_bf16_lora_stores_the_frozen_base_in_bf16_with_equal_results(
     assert {d for n, d in dtypes.items() if "lora_" in n} == {torch.float32}
     assert {d for n, d in dtypes.items() if n.endswith("proj.base_layer.weight")} == {torch.bfloat16}
     assert base.get_input_embeddings().weight.dtype == torch.float32
+    # The loaded file's memory map is released: kept alive by the embeddings, it held the fp32
+    # copies of the cast weights in memory next to their bf16 ones.
+    mapped = _file_mappings(".safetensors")
+    assert mapped, "`model` above (still alive) was expected to hold its safetensors file mapped"
+    tensors = [*trainer.model.parameters(), *trainer.model.buffers()]
+    assert not [t for t in tensors if any(lo <= t.data_ptr() < hi for lo, hi in mapped)]
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), trainer.model.disable_adapter():
         got, _ = sequence_logprobs(trainer.model, ids, attn, 8)
     assert torch.equal(got, want)

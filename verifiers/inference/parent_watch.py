@@ -64,8 +64,12 @@ def register() -> None:
 
 
 def launcher_env() -> dict[str, str]:
-    """The environment entry a program puts in vf-vllm's environment so that the server ends with it."""
-    return {LAUNCHER_ENV: str(os.getpid())}
+    """The environment entries a program puts in vf-vllm's environment so that the server ends
+    with it, and counts the program's processes as its own, not as a neighbour's load
+    (``utils/cpu_load.py``: vf-vllm leaves out cores that other work keeps busy)."""
+    from verifiers.utils.cpu_load import ours_env
+
+    return {LAUNCHER_ENV: str(os.getpid()), **ours_env()}
 
 
 def watch_launcher() -> bool:
