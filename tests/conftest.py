@@ -138,3 +138,11 @@ def short_tmp() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="vf-t-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_warnings():
+    """Each test starts with no warn-once warning said yet (a module asks with ``pytestmark``)."""
+    from verifiers.utils.logging import reset_warn_once
+
+    reset_warn_once()

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakeserver import fake_server, unused_url
+from tests.doubles.openai_server import fake_server, unused_url
 from verifiers.errors import (
     ConfigError,
     DatasetFormatError,
@@ -505,7 +505,7 @@ PROCESS_CASES = [
 @pytest.fixture(scope="module")
 def processes(tmp_path_factory):
     """Start every process case at once (they are mostly import time); results by id."""
-    from tests.vllm_server import free_port
+    from tests.doubles.vllm_server import free_port
 
     env = {
         **os.environ,
@@ -608,7 +608,7 @@ SERVER_CASES = [
 @pytest.fixture(scope="module")
 def admin_server(tiny_model_dir, tmp_path_factory):
     """vf-vllm bound off loopback with an admin token (no LoRA)."""
-    from tests.vllm_server import serve_off_loopback
+    from tests.doubles.vllm_server import serve_off_loopback
 
     flags = ("--disable-uvicorn-access-log", "--max-num-seqs", "4")
     tmp = tmp_path_factory.mktemp("vf-vllm-bad-inputs")

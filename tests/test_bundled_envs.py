@@ -1,6 +1,6 @@
 """The bundled environments under environments/: each loads by id and evaluates offline.
 
-Each one runs against ``tests/fakeserver.py`` with a scripted model: the right
+Each one runs against ``tests/doubles/openai_server.py`` with a scripted model: the right
 answer in the right format scores high, a wrong one low, and the
 environment-specific machinery (multi-turn feedback, tool calls through the
 sandbox, search) does what its README says. The packages must be installed
@@ -15,7 +15,7 @@ import re
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 from verifiers.envs.model_client import forget_token_support
 from verifiers.errors import ConfigError
 from verifiers.utils.logging import reset_warn_once

@@ -122,7 +122,7 @@ def test_evaluate_against_a_server_ends_clean():
         """
         import datasets
         import verifiers as vf
-        from tests.fakeserver import fake_server
+        from tests.doubles.openai_server import fake_server
 
         def tool_like(completion, **_):  # a sync reward: runs in the environment's thread pool
             return float(len(completion[-1]["content"]))

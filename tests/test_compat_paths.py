@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,7 +37,7 @@ Conventions for writing docs (the info string is what follows the opening backti
   **Pending**: while ``TRAINER_DOCS_READY`` is False these blocks are reported
   as skipped; the lead flips it once GRPOTrainer trains against vf-vllm.
 * ``<!-- docs-test: fake-server -->`` anywhere on a page: a local fake
-  OpenAI-compatible server (``tests/fakeserver.py``) runs for the whole page,
+  OpenAI-compatible server (``tests/doubles/openai_server.py``) runs for the whole page,
   and every ``http://127.0.0.1:8000/v1`` / ``http://localhost:8000/v1`` in the
   page's Python is rewritten to its URL, so examples read like code for a local
   vLLM server. The namespace also has ``base_url`` (that URL) and
@@ -231,7 +231,7 @@ def run_page(path: str, mode: str, server_url: str | None, model_dir: str | None
     subs: list[tuple[str, str]] = []
     fake = None
     if "fake-server" in page.directives:
-        from tests.fakeserver import FakeServer, default_reply
+        from tests.doubles.openai_server import FakeServer, default_reply
 
         def reply(request: dict):
             fn = ns.get("fake_reply")
@@ -347,7 +347,7 @@ def vf_vllm_server(tiny_model_dir, tmp_path_factory):
         port = s.getsockname()[1]
     log = tmp_path_factory.mktemp("vf-vllm") / "server.log"
     env = page_env()
-    from tests.vllm_server import VLLM_CACHE_ROOT
+    from tests.doubles.vllm_server import VLLM_CACHE_ROOT
 
     env.setdefault("VLLM_CACHE_ROOT", VLLM_CACHE_ROOT)
     cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", str(tiny_model_dir), "--port", str(port)]

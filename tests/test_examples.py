@@ -9,7 +9,7 @@
   Each ``vf-rl`` command in the docstrings passes ``vf-rl --dry-run`` (in-process).
 - Slow (``-m slow``): ``examples/sft.py`` trains 2 steps on the tiny model from rollouts
   saved the way ``vf-eval -s`` saves them; each GRPO example trains 1 step against
-  ``tests/fakeserver.py``.
+  ``tests/doubles/openai_server.py``.
 
 No vLLM server is started here.
 """
@@ -332,7 +332,7 @@ def test_sft_trains_on_saved_tool_rollouts(tiny_model_dir, tmp_path):
     import asyncio
 
     import verifiers as vf
-    from tests.fakeserver import fake_server
+    from tests.doubles.openai_server import fake_server
     from verifiers.cli.eval import save_results
 
     # num_examples=0: the fake replies read the first user message as the task (no worked examples)
@@ -391,7 +391,7 @@ class FakeVLLMClient:
 def test_grpo_example_trains_one_step(env_dir, tiny_model_dir, tmp_path, monkeypatch):
     """The unmodified example trains 1 step on the tiny model against the fake server and saves its adapter."""
     import verifiers as vf
-    from tests.fakeserver import FakeServer
+    from tests.doubles.openai_server import FakeServer
 
     server = FakeServer().start()
     client = FakeVLLMClient(server)

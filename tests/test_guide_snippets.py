@@ -7,7 +7,7 @@ validated by vf-rl's own schema, commands are run through their entry points. A 
 that needs a hosted service (the model hub, W&B, a GPU-only prime-rl checkout) is run up
 to where that service is needed, and must fail there in one line that says so.
 
-Tiers: blocks and commands (fast, no model); the trainer against ``tests/fakeserver.py``
+Tiers: blocks and commands (fast, no model); the trainer against ``tests/doubles/openai_server.py``
 with the tiny model (a few seconds each): how many batches a run generates, a generation
 batch smaller than an optimizer step, a rollout cut at ``max_completion_length``, and a
 prompt that cannot fit refused when the trainer is built.
@@ -204,7 +204,7 @@ def test_generation_batch_layouts():
 def test_producer_generates_a_step_in_rounds_of_the_generation_batch():
     import asyncio
 
-    from tests.training.generation.test_generator import DATASET, FakeEnv
+    from tests.doubles.generation import DATASET, FakeEnv
     from verifiers.training.generation.producer import PromptStream, RolloutProducer
 
     env = FakeEnv()
@@ -267,7 +267,7 @@ class ChattyEnv(vf.MultiTurnEnv):
 def test_multiturn_rollout_stops_at_max_completion_length():
     import asyncio
 
-    from tests.fakeserver import FakeServer
+    from tests.doubles.openai_server import FakeServer
     from verifiers.envs.multiturn import _completion_tokens
 
     rows = {"question": ["start"], "answer": [""]}
@@ -448,7 +448,7 @@ def test_the_0_1_x_guides_init_and_lora_lines(tmp_path, monkeypatch):
 
 def test_an_unset_key_breaks_only_the_endpoint_that_uses_it(monkeypatch, tmp_path, capsys):
     """The tutorial's endpoints.py (api_key=os.getenv(...)) with the variable unset."""
-    from tests.fakeserver import fake_server
+    from tests.doubles.openai_server import fake_server
     from verifiers.cli.common import resolve_endpoint
 
     monkeypatch.delenv("PRIME_API_KEY", raising=False)
@@ -664,8 +664,8 @@ def counted(monkeypatch):
 
 @pytest.mark.parametrize("ahead", [0, 1])
 def test_no_batch_is_generated_past_the_last_step(tiny_model_dir, tmp_path, counted, ahead):
-    from tests.fakeserver import FakeServer
-    from tests.training.test_trainer import RecordingClient, grpo_args, make_trainer, reply_of
+    from tests.doubles.openai_server import FakeServer
+    from tests.doubles.trainer import RecordingClient, grpo_args, make_trainer, reply_of
 
     with FakeServer(reply=reply_of) as server:
         args = grpo_args(tmp_path, max_steps=2, num_batches_ahead=ahead, cpu_phases="overlap")
@@ -678,8 +678,8 @@ def test_no_batch_is_generated_past_the_last_step(tiny_model_dir, tmp_path, coun
 def test_a_step_generated_in_rounds_trains(tiny_model_dir, tmp_path, counted):
     """generation_batch_size half an optimizer step (the guide's Resource Optimization block), and
     the rollout cap below the per-turn limit: each step is generated in two rounds, from one policy."""
-    from tests.fakeserver import FakeServer
-    from tests.training.test_trainer import RecordingClient, grpo_args, make_trainer, reply_of
+    from tests.doubles.openai_server import FakeServer
+    from tests.doubles.trainer import RecordingClient, grpo_args, make_trainer, reply_of
 
     with FakeServer(reply=reply_of) as server:
         args = grpo_args(tmp_path, max_steps=2, generation_batch_size=4, max_completion_length=6)
@@ -698,7 +698,7 @@ def test_a_step_generated_in_rounds_trains(tiny_model_dir, tmp_path, counted):
 
 
 def test_a_prompt_that_cannot_fit_is_refused_when_the_trainer_is_built(tiny_model_dir, tmp_path):
-    from tests.training.test_trainer import grpo_args
+    from tests.doubles.trainer import grpo_args
 
     def search(query: str) -> str:
         """Search the wiki for a query and return the best matching passages, ranked by relevance.

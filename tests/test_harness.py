@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Stands in for a test that serves vf-vllm: a child in its own session (as tests/vllm_server.py
+# Stands in for a test that serves vf-vllm: a child in its own session (as tests/doubles/vllm_server.py
 # starts the server), stopped in a `finally`, with the test still running when SIGTERM comes.
 INNER_TEST = """
 import os, subprocess, sys, time

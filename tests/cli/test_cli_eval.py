@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import REVERSE_TEXT_DIR
-from tests.fakeserver import fake_server, reverse_text_reply, unused_url
+from tests.doubles.openai_server import fake_server, reverse_text_reply, unused_url
 from verifiers.cli import eval as vf_eval
 from verifiers.types import GenerateOutputs
 from verifiers.utils.display import print_prompt_completions_sample, print_results_table

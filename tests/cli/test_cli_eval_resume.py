@@ -12,7 +12,7 @@ import pytest
 from datasets import Dataset
 
 from tests.cli.conftest import REVERSE_TEXT_DIR
-from tests.fakeserver import fake_server, reverse_text_reply
+from tests.doubles.openai_server import fake_server, reverse_text_reply
 from verifiers.cli import eval as vf_eval
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.envs.results import pass_at_k, pass_at_k_summary, pass_k_values

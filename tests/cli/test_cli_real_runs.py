@@ -26,7 +26,8 @@ import pytest
 pytest.importorskip("vllm")
 pytest.importorskip("torch")
 
-from tests.vllm_server import CPU_FLAGS, VLLM_CACHE_ROOT, Server  # noqa: E402
+from tests.doubles.configs import REAL_RUN_CONFIG as CONFIG  # noqa: E402
+from tests.doubles.vllm_server import CPU_FLAGS, VLLM_CACHE_ROOT, Server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_FLAGS = ("--kv-cache-memory-bytes", "--gpu-memory-utilization")
@@ -61,38 +62,6 @@ def test_vf_vllm_without_memory_flags_sizes_its_cache_for_its_sequences(plain_se
             model=client.health()["model"], prompt="Hello", max_tokens=4, temperature=1.0
         )
     assert out.choices[0].text is not None
-
-
-CONFIG = """model = "{model}"
-
-[env]
-id = "primeintellect/reverse-text"
-
-[env.args]
-num_train_examples = 16
-num_eval_examples = 4
-
-[inference]
-gpus = 0
-port = {port}
-
-[trainer]
-gpus = 0
-
-[trainer.args]
-run_name = "resume-e2e"
-rollouts_per_example = 4
-micro_batch_size = 4
-batch_size = 8
-max_steps = 2
-max_tokens = 8
-max_seq_len = 256
-max_prompt_len = 128
-learning_rate = 1e-3
-save_steps = 1
-log_samples_every = 0
-mask_truncated_completions = false
-"""
 
 
 def vf_train(cfg: Path, *overrides: str) -> str:
@@ -131,7 +100,7 @@ def test_vf_train_resume_from_checkpoint_continues_the_step_count(plain_server, 
 @pytest.mark.slow
 def test_vf_rl_plain_cpu_config_starts_its_server_and_trains(tiny_model_dir, tmp_path, short_tmp):
     """A guide-style TOML (``[inference] gpus = 0``, no memory flags): vf-rl sizes the cache for the run."""
-    from tests.vllm_server import free_port
+    from tests.doubles.vllm_server import free_port
 
     cfg = tmp_path / "cfg.toml"
     text = CONFIG.format(model=tiny_model_dir, port=free_port())

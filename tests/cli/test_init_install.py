@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 from verifiers.cli import eval as vf_eval
 from verifiers.cli import init as vf_init
 from verifiers.cli import install as vf_install

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import FakeServer
+from tests.doubles.openai_server import FakeServer
 
 
 def _countdown():

@@ -122,7 +122,7 @@ def test_generate_inputs_example_ids_reach_the_states_and_outputs():
 
 
 def test_vllm_client_0_1_4_arguments():
-    from tests.vllm_server import free_port
+    from tests.doubles.vllm_server import free_port
     from verifiers.errors import ServerUnreachableError
     from verifiers.inference.client import VLLMClient
 
@@ -213,7 +213,7 @@ def test_an_is_completed_override_in_the_0_1_8_form_is_called_so_and_reaches_the
     from datasets import Dataset
     from openai import AsyncOpenAI
 
-    from tests.fakeserver import FakeServer
+    from tests.doubles.openai_server import FakeServer
 
     data = Dataset.from_list([{"question": "q", "answer": "a"}])
     game = _GuessV018(dataset=data, max_turns=5)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.contract.sources import RELEASES, vllm_source
-from tests.inference.test_nccl_sender import check_release_run, run_release
+from tests.doubles.vllm_release_run import check_release_run, run_release
 
 pytestmark = pytest.mark.contract
 

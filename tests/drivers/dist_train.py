@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.fakeserver` from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.doubles` from the checkout
 
 RECORD: dict = {
     "server_connections": 0,
@@ -122,7 +122,7 @@ class FakeClient:
     """The trainer's client for the fake server: OpenAI calls pass through, weight syncs are kept."""
 
     def __init__(self, url: str):
-        from tests.fakeserver import make_client
+        from tests.doubles.openai_server import make_client
 
         self._oai = make_client(url)
         self.last_weights: dict = {}

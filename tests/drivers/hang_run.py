@@ -22,9 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.fakeserver` from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.doubles` from the checkout
 
-from tests.fakeserver import FakeServer, _Handler, make_client  # noqa: E402
+from tests.doubles.openai_server import FakeServer, _Handler, make_client  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -36,7 +36,7 @@ def _load(path: Path, name: str):
 
 
 script = _load(TESTS / "parity" / "script01x.py", "parity_script01x")
-fakeserver = _load(TESTS / "fakeserver.py", "parity_fakeserver")
+fakeserver = _load(TESTS / "doubles" / "openai_server.py", "parity_fakeserver")
 
 
 def attempt(fn):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "envs_01x"
 MODULES = ("sorting_v0112", "repeater_v018", "judge_v0110", "group_v0110", "legacy_mixed", "tools_v0112")

@@ -5,20 +5,14 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from tests.configs import TRAINER_TABLES
-from tests.fakeserver import fake_server
+from tests.doubles.configs import TRAINER_TABLES
+from tests.doubles.openai_server import fake_server
 from verifiers.envs.group import EnvGroup
-from verifiers.envs.model_client import forget_token_support
 from verifiers.envs.singleturn import SingleTurnEnv
 from verifiers.errors import ConfigError
 from verifiers.rubrics.rubric import Rubric
-from verifiers.utils.logging import reset_warn_once
 
-
-@pytest.fixture(autouse=True)
-def _fresh_process_state():
-    reset_warn_once()
-    forget_token_support()
+pytestmark = pytest.mark.usefixtures("fresh_process_state")  # tests/envs/conftest.py
 
 
 def says_math(completion) -> float:

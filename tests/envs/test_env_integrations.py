@@ -11,15 +11,9 @@ import types
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
-from verifiers.envs.model_client import forget_token_support
-from verifiers.utils.logging import reset_warn_once
+from tests.doubles.openai_server import fake_server
 
-
-@pytest.fixture(autouse=True)
-def _fresh_process_state():
-    reset_warn_once()
-    forget_token_support()
+pytestmark = pytest.mark.usefixtures("fresh_process_state")  # tests/envs/conftest.py
 
 
 # -- a fake textarena: a three-letter Wordle ---------------------------------------------

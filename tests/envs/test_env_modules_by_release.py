@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 from tests.parity import script01x
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "envs_01x"
@@ -210,7 +210,7 @@ TRAIN_ARGS = {"group_v0110": {"dataset": _group_train_split}}
 @pytest.mark.server
 def test_release_style_modules_train_two_steps_against_vf_vllm(tiny_model_dir, tmp_path, fixtures_path):
     pytest.importorskip("torch")
-    from tests.vllm_server import serve
+    from tests.doubles.vllm_server import serve
 
     flags = ("--max-num-seqs", "16", "--seed", "0")
     (tmp_path / "vllm").mkdir()

@@ -8,21 +8,22 @@ import threading
 import pytest
 from datasets import Dataset
 
-from tests.fakeserver import fake_server, logprob_of, make_client, render_chat, tokenize, unused_url
+from tests.doubles.openai_server import (
+    fake_server,
+    logprob_of,
+    make_client,
+    render_chat,
+    tokenize,
+    unused_url,
+)
 from verifiers.envs.environment import ERROR_METRIC
-from verifiers.envs.model_client import build_request, forget_token_support
+from verifiers.envs.model_client import build_request
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.envs.singleturn import SingleTurnEnv
 from verifiers.errors import ConfigError, DatasetFormatError, ServerUnreachableError
 from verifiers.rubrics.rubric import Rubric
-from verifiers.utils.logging import reset_warn_once
 
-
-@pytest.fixture(autouse=True)
-def _fresh_process_state():
-    reset_warn_once()
-    forget_token_support()
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_process_state")  # tests/envs/conftest.py
 
 
 @pytest.fixture

@@ -6,16 +6,10 @@ from __future__ import annotations
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 from verifiers.envs.gym import normalize_reset, normalize_step
-from verifiers.envs.model_client import forget_token_support
-from verifiers.utils.logging import reset_warn_once
 
-
-@pytest.fixture(autouse=True)
-def _fresh_process_state():
-    reset_warn_once()
-    forget_token_support()
+pytestmark = pytest.mark.usefixtures("fresh_process_state")  # tests/envs/conftest.py
 
 
 class Counter:

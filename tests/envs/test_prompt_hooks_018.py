@@ -13,7 +13,7 @@ import pytest
 from datasets import Dataset
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 from verifiers.tokenization.assembly import process_rollouts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "envs_01x"

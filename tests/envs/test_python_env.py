@@ -15,18 +15,13 @@ import pytest
 from datasets import Dataset
 
 import verifiers as vf
-from tests.fakeserver import fake_server
-from verifiers.envs.model_client import forget_token_support
+from tests.doubles.openai_server import fake_server
 from verifiers.envs.python_env import format_python_reply
-from verifiers.utils.logging import reset_warn_once
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "envs_01x"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_process_state():
-    reset_warn_once()
-    forget_token_support()
+pytestmark = pytest.mark.usefixtures("fresh_process_state")  # tests/envs/conftest.py
 
 
 @pytest.fixture

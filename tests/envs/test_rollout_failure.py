@@ -7,7 +7,8 @@ import math
 import pytest
 from datasets import Dataset
 
-from tests.fakeserver import fake_server, make_client, unused_url
+from tests.doubles.openai_server import fake_server, make_client, unused_url
+from tests.doubles.rollouts import outputs_of
 from verifiers.envs.environment import Environment
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.envs.singleturn import SingleTurnEnv
@@ -23,33 +24,12 @@ from verifiers.failures import (
 )
 from verifiers.rubrics.rubric import Rubric
 from verifiers.training.metrics.step import BATCH_COUNTERS, failure_counts, rollout_metrics
-from verifiers.types import GenerateOutputs
-from verifiers.utils.logging import reset_warn_once
 
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    reset_warn_once()
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # tests/conftest.py
 
 
 def one(row_answer: str = "1") -> Dataset:
     return Dataset.from_dict({"question": ["q"], "answer": [row_answer]})
-
-
-def outputs_of(states: list[dict], rewards: list[float], metrics: dict | None = None) -> GenerateOutputs:
-    """Chat rollouts with the given states and rewards (each completion a non-empty assistant turn)."""
-    n = len(states)
-    return GenerateOutputs(
-        prompt=[[]] * n,
-        completion=[[{"role": "assistant", "content": "x"}]] * n,
-        answer=[""] * n,
-        state=states,
-        info=[{}] * n,
-        task=["default"] * n,
-        reward=list(rewards),
-        metrics=dict(metrics or {}),
-    )
 
 
 def echo(req):

@@ -11,7 +11,7 @@ import pytest
 from datasets import Dataset
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "envs_01x"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -9,20 +9,14 @@ from typing import Literal
 import pytest
 from datasets import Dataset
 
-from tests.fakeserver import fake_server
-from verifiers.envs.model_client import forget_token_support
+from tests.doubles.openai_server import fake_server
 from verifiers.envs.stateful_tool import StatefulToolEnv
 from verifiers.envs.tool import ToolEnv
 from verifiers.errors import ConfigError
 from verifiers.rubrics.rubric import Rubric
-from verifiers.utils.logging import reset_warn_once
 from verifiers.utils.tool_utils import function_to_tool_schema
 
-
-@pytest.fixture(autouse=True)
-def _fresh_process_state():
-    reset_warn_once()
-    forget_token_support()
+pytestmark = pytest.mark.usefixtures("fresh_process_state")  # tests/envs/conftest.py
 
 
 def add(a: int, b: int = 2) -> int:

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 
 USER_MODULE = textwrap.dedent(
     '''

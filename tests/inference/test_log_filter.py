@@ -68,7 +68,7 @@ def test_partial_updates_log_the_warning_once(tiny_model_dir, tmp_path):
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file
 
-    from tests.vllm_server import serve
+    from tests.doubles.vllm_server import serve
 
     weights = load_file(str(tiny_model_dir / "model.safetensors"))
     name = "model.layers.0.mlp.down_proj.weight"  # one whole, unfused module: the rest is not sent

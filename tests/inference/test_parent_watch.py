@@ -150,13 +150,13 @@ def test_a_server_ends_with_its_killed_launcher_only_when_the_launcher_named_its
             server.kill()
 
 
-# The same with a real vf-vllm: a launcher process starts it as tests/vllm_server.py does (which
+# The same with a real vf-vllm: a launcher process starts it as tests/doubles/vllm_server.py does (which
 # names the launcher), waits until it answers, and is killed with SIGKILL.
 REAL_LAUNCHER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from tests.vllm_server import Server
+    from tests.doubles.vllm_server import Server
 
     server = Server(Path(sys.argv[1]), Path(sys.argv[2]))
     server.start()

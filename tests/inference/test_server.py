@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from tests.vllm_server import serve  # noqa: E402
+from tests.doubles.vllm_server import bound_unix_sockets, serve  # noqa: E402
 from verifiers.errors import ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
 from verifiers.inference.client import VLLMClient  # noqa: E402
 from verifiers.utils import owned_files  # noqa: E402
@@ -253,15 +253,6 @@ def open_paths(pid: int) -> set[Path]:
         with contextlib.suppress(OSError):
             paths.add(Path(os.readlink(fd)))
     return paths
-
-
-def bound_unix_sockets(pid: int) -> set[Path]:
-    """Paths of the Unix sockets that process ``pid`` and its descendants have bound (abstract ones left out)."""
-    import psutil  # a vLLM dependency
-
-    root = psutil.Process(pid)
-    procs = [root, *root.children(recursive=True)]
-    return {Path(c.laddr) for p in procs for c in p.net_connections(kind="unix") if c.laddr.startswith("/")}
 
 
 @pytest.mark.server

@@ -18,7 +18,7 @@ import time
 import pytest
 import requests
 
-from tests.vllm_server import serve
+from tests.doubles.vllm_server import serve
 from verifiers.cli.rl.server_watch import ServerWatch, probe
 
 PROGRESS_BOUND_S = 10.0  # short for the test; vf-rl's default is far longer (docs/vf-rl.md)

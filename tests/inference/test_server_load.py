@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from tests.vllm_server import serve_off_loopback
+from tests.doubles.vllm_server import serve_off_loopback
 
 N_ROLLOUTS = 1000
 MAX_CONCURRENT = 64  # the client's limit under test

@@ -7,7 +7,7 @@
    dies with the server counts as "server lost" (the trainer then re-syncs).
 3. A trainer on the server's GPU gets CUDA IPC, not NCCL, decided by GPU UUID.
 
-The routes run for real (uvicorn over tests/inference/test_client.py's ``Double``); the worker
+The routes run for real (uvicorn over tests/doubles/vllm_engine.py's ``Double``); the worker
 is :class:`FakeGpuWorker`, vLLM's GPU worker as far as weight transfer goes, mixed
 with the real ``WeightSyncExtension`` as vLLM mixes it in. The ``gpu`` tests at
 the end need CUDA and are skipped without it.
@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 requests = pytest.importorskip("requests")
 pytest.importorskip("uvicorn")
 
-from tests.inference.test_client import Double, FakeEngine, weights  # noqa: E402
+from tests.doubles.vllm_engine import Double, FakeEngine, weights  # noqa: E402
 from verifiers.errors import ConfigError, WeightSyncError  # noqa: E402
 from verifiers.inference import ipc_update, transport  # noqa: E402
 from verifiers.inference.client import VLLMClient, is_server_lost  # noqa: E402

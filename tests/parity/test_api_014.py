@@ -13,7 +13,7 @@ import math
 import pytest
 
 import verifiers as vf
-from tests.fakeserver import fake_server
+from tests.doubles.openai_server import fake_server
 from verifiers.errors import ConfigError
 
 SIGNATURES_014 = [

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakeserver import FakeServer
+from tests.doubles.openai_server import FakeServer
 from tests.parity import script01x as script
 from tests.parity.conftest import run_release_oracle
 from tests.parity.exceptions import EXCEPTIONS_01X

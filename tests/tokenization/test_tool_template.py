@@ -260,7 +260,7 @@ def test_server_renders_tools_and_parses_calls_and_trainer_tokens_match(tiny_mod
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from tests.vllm_server import serve
+    from tests.doubles.vllm_server import serve
     from verifiers.envs.tool import ToolEnv
 
     tok_dir = str(tiny_model_dir)

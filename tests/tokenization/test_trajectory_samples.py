@@ -7,13 +7,8 @@ import pytest
 
 from verifiers.tokenization.assembly import process_rollouts, trajectory_is_linear, trajectory_turns
 from verifiers.types import TurnTokens
-from verifiers.utils.logging import reset_warn_once
 
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    reset_warn_once()
-    yield
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # tests/conftest.py
 
 
 def msg(role: str, content: str) -> dict:

@@ -1,4 +1,5 @@
-"""Shared by the training tests: the fake server of the launched runs (test_distributed.py,
+"""Shared by the training tests: the fake server of the in-process trainers (test_trainer.py,
+test_master_weights.py, lifecycle/), the one of the launched runs (test_distributed.py,
 lifecycle/test_exit_status.py) and the real vf-vllm of test_distributed.py and test_trainer.py."""
 
 from __future__ import annotations
@@ -10,12 +11,22 @@ import pytest
 
 
 @pytest.fixture(scope="module")
+def fake_server():
+    """The fake OpenAI server of an in-process trainer (``tests/doubles/trainer.py``'s ``reply_of``)."""
+    from tests.doubles.openai_server import FakeServer
+    from tests.doubles.trainer import reply_of
+
+    with FakeServer(reply=reply_of) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def fake_url():
     """The fake OpenAI server's URL, replying as ``tests/drivers/dist_train.py`` expects.
 
     Deterministic rollouts: replies depend only on (prompt, seed), and the generator seeds each
     rollout from (seed, batch, slot), so every run with the same seed trains the same batches."""
-    from tests import fakeserver
+    from tests.doubles import openai_server as fakeserver
     from tests.drivers.dist_train import fake_reply
 
     with pytest.MonkeyPatch.context() as mp:
@@ -31,7 +42,7 @@ def lora_vllm_server(tiny_model_dir, tmp_path_factory):
     """One vf-vllm for test_distributed.py and test_trainer.py (a start costs about 30 s on 2
     cores): the tiny model, LoRA on (rank 8), seeded. Their runs sync weights into it, so each
     test that assumes the base weights asks for ``base_weights`` below."""
-    from tests.vllm_server import serve
+    from tests.doubles.vllm_server import serve
 
     flags = ("--max-num-seqs", "32", "--enable-lora", "--max-lora-rank", "8", "--seed", "0")
     flags += ("--no-enable-chunked-prefill",)  # vLLM-CPU bug with seeded, chunked prompts

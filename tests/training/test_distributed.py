@@ -36,7 +36,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from tests.launch import command, run  # noqa: E402
+from tests.doubles.launch import command, run  # noqa: E402
 from verifiers.training.batch.tensors import split_batch  # noqa: E402
 from verifiers.training.loss.losses import (  # noqa: E402
     LOSS_TYPES,

@@ -38,8 +38,8 @@ datasets = pytest.importorskip("datasets")
 from transformers import TrainerCallback  # noqa: E402
 
 import verifiers as vf  # noqa: E402
-from tests.training.test_trainer import grpo_args  # noqa: E402
-from tests.vllm_server import serve  # noqa: E402
+from tests.doubles.trainer import grpo_args  # noqa: E402
+from tests.doubles.vllm_server import serve  # noqa: E402
 from verifiers.utils.logging import reset_warn_once  # noqa: E402
 
 pytestmark = pytest.mark.server
@@ -374,7 +374,7 @@ def test_server_killed_and_restarted(server, tmp_path, logs):
     (with backoff), pushes its weights again and goes on. At the end the server must
     serve exactly the trainer's weights.
     """
-    from tests.inference.test_server import bound_unix_sockets
+    from tests.doubles.vllm_server import bound_unix_sockets
 
     kills: list[str] = []
     folders: set[Path] = set()  # the killed servers' socket folders

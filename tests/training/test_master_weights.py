@@ -16,14 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 import verifiers as vf  # noqa: E402
-from tests.fakeserver import FakeServer  # noqa: E402
-from tests.training.test_trainer import RecordingClient, grpo_args, make_env, reply_of  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def fake_server():
-    with FakeServer(reply=reply_of) as server:
-        yield server
+from tests.doubles.trainer import RecordingClient, grpo_args, make_env  # noqa: E402
 
 
 def bf16_trainer(tiny_model_dir, server, tmp_path, peft_config=None):

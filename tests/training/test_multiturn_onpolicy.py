@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import verifiers as vf  # noqa: E402
-from tests.vllm_server import serve  # noqa: E402
+from tests.doubles.vllm_server import serve  # noqa: E402
 from verifiers.training import trainer as trainer_module  # noqa: E402
 from verifiers.training.generation import producer as producer_module  # noqa: E402
 

@@ -48,9 +48,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
+from tests.doubles.launch import finish  # noqa: E402
+from tests.doubles.vllm_server import serve  # noqa: E402
 from tests.drivers.soak_run import drift, format_table, pool_cap, read_samples  # noqa: E402
-from tests.training.lifecycle.test_resume_kill import finish  # noqa: E402
-from tests.vllm_server import serve  # noqa: E402
 from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 from verifiers.training.rl.output import METRICS_FILE  # noqa: E402
 

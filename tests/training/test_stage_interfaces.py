@@ -26,7 +26,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.training.generation.test_generator import DATASET, FakeEnv  # noqa: E402
+from tests.doubles.generation import DATASET, FakeEnv  # noqa: E402
 from verifiers.errors import CheckpointError, ConfigError, TrainingStopped  # noqa: E402
 from verifiers.training.batch.prepared import (  # noqa: E402
     PreparedBatch,

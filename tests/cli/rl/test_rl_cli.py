@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.doubles.configs import RL_CONFIG as CONFIG  # noqa: E402
 from verifiers.cli import setup as setup_cli  # noqa: E402
 from verifiers.cli import train as train_cli  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
@@ -18,34 +19,8 @@ from verifiers.cli.run_config import load as tc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
-CONFIG = """
-model = "smollm2"
 
-[env]
-id = "reverse-text"
-
-[inference]
-gpus = 0
-
-[inference.args]
-enforce_eager = true
-
-[trainer]
-gpus = 0
-
-[trainer.args]
-run_name = "rt"
-rollouts_per_example = 4
-micro_batch_size = 4
-batch_size = 16
-max_steps = 3
-"""
-
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/rl/conftest.py
 
 
 @pytest.fixture

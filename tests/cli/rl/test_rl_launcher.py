@@ -16,84 +16,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.cli.rl.test_rl_cli import CONFIG  # noqa: E402 (the same config as the dry runs)
-from tests.vllm_server import free_port  # noqa: E402
+from tests.doubles.configs import RL_CONFIG as CONFIG  # noqa: E402 (the same config as the dry runs)
+from tests.doubles.rl_processes import fake_server, fake_trainer, gone, make_plan, on_a_terminal  # noqa: E402
+from tests.doubles.vllm_server import free_port  # noqa: E402
 from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
-from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.errors import ServerError, ServerTimeoutError  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-
-
-FAKE_SERVER = textwrap.dedent(
-    """
-    import http.server, sys, time
-    port, delay, lifetime = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-    print("fake server starting", flush=True)
-    time.sleep(delay)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *args):
-            pass
-
-    http.server.HTTPServer.allow_reuse_address = True  # a restart binds the port again at once
-    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
-    server.timeout = 0.2
-    print("fake server ready", flush=True)
-    end = time.monotonic() + lifetime
-    while time.monotonic() < end:
-        server.handle_request()
-    print("RuntimeError: fake server exits", flush=True)  # the error line vf-rl quotes
-    sys.exit(7)
-    """
-)
-
-
-def make_plan(tmp_path, server_cmd, trainer_cmd, timeout=30.0, port=None, max_restarts=None) -> rl_cli.Plan:
-    port = port or free_port()
-    raw = tc.tomllib.loads(CONFIG)
-    raw["inference"]["port"] = port
-    if max_restarts is not None:
-        raw["inference"]["max_restarts"] = max_restarts
-    config = tc.parse_config(raw, source=tmp_path / "cfg.toml")
-    logs = tmp_path / "logs"
-    return rl_cli.Plan(
-        config=config,
-        installs=[],
-        server=rl_cli.Side("inference", server_cmd, {}, logs / "inference.log"),
-        trainer=rl_cli.Side("trainer", trainer_cmd, {}, logs / "trainer.log"),
-        timeout=timeout,
-    )
-
-
-def fake_server(tmp_path, port, delay=0.0, lifetime=60.0) -> list[str]:
-    script = tmp_path / "fake_server.py"
-    script.write_text(FAKE_SERVER)
-    return [sys.executable, str(script), str(port), str(delay), str(lifetime)]
-
-
-def fake_trainer(code: str) -> list[str]:
-    return [sys.executable, "-c", code]
-
-
-def gone(proc) -> bool:
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/rl/conftest.py
 
 
 def test_launcher_runs_server_then_trainer_and_stops_the_server(tmp_path, capsys):
@@ -178,40 +108,13 @@ def test_stop_ends_the_whole_process_group():
 TMUX_CHILD = """
 import sys
 from pathlib import Path
-import tests.cli.rl.test_rl_launcher as T
+import tests.doubles.rl_processes as T
 from verifiers.cli.rl import plan as rl_cli
 tmp, port, code = Path(sys.argv[1]), T.free_port(), sys.argv[2]
 plan = T.make_plan(tmp, T.fake_server(tmp, port), T.fake_trainer(code), port=port)
 rc = rl_cli.Launcher(plan, use_tmux=True).run()
 print("RESULT", rc, T.gone(plan.server.proc), T.gone(plan.trainer.proc), flush=True)
 """
-
-
-def on_a_terminal(argv: list[str], poke=None, timeout: float = 90) -> str:
-    """Run ``argv`` (from the repository root) on a pty until it ends, draining the terminal (or
-    tmux blocks on it); ``poke(fd)`` is called between reads (to type keys). Returns the output."""
-    import pty
-    import select
-
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: vf-rl's Launcher on a terminal
-        os.chdir(ROOT)
-        os.execv(argv[0], argv)
-    output, deadline = b"", time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if select.select([fd], [], [], 0.2)[0]:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-        if poke is not None:
-            poke(fd)
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            break
-    return output.decode(errors="replace")
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -24,22 +24,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.cli.rl.test_rl_launcher import FAKE_SERVER, ROOT, gone, make_plan, on_a_terminal  # noqa: E402
-from tests.vllm_server import VLLM_CACHE_ROOT, free_port  # noqa: E402
-from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
+from tests.doubles.real_rl_run import start_real_run, step_lines  # noqa: E402
+from tests.doubles.rl_processes import FAKE_SERVER, ROOT, gone, make_plan, on_a_terminal, wait_for  # noqa: E402
+from tests.doubles.vllm_server import free_port  # noqa: E402
 from verifiers.cli.rl.launcher import DRAIN_LINE, Launcher  # noqa: E402
 from verifiers.errors import ServerError  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def quick_restarts(monkeypatch):
-    monkeypatch.setattr(rl_launcher, "RESTART_FIRST_DELAY_S", 0.2)
+pytestmark = pytest.mark.usefixtures("one_process", "quick_restarts")  # tests/cli/rl/conftest.py
 
 
 # Start k (1, 2, ...) is test_rl_launcher's fake server living lifetimes[k-1] seconds, then
@@ -209,7 +200,7 @@ LAUNCHER_CHILD = """
 import sys
 from pathlib import Path
 import tests.cli.rl.test_rl_supervision as T
-from tests.cli.rl.test_rl_launcher import make_plan
+from tests.doubles.rl_processes import make_plan
 from verifiers.cli.rl import launcher as rl_launcher
 from verifiers.cli.common import run_cli
 tmp, port, save_s, tmux = Path(sys.argv[1]), T.free_port(), float(sys.argv[2]), sys.argv[3] == "tmux"
@@ -219,13 +210,6 @@ rc = run_cli(lambda argv: launcher.run())
 print("RESULT", rc, T.gone(plan.server.proc), T.gone(plan.trainer.proc), flush=True)
 sys.exit(rc)
 """
-
-
-def wait_for(predicate, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def trainer_running(tmp_path: Path) -> bool:
@@ -281,7 +265,7 @@ def test_a_signal_before_training_stops_at_once(tmp_path):
 import sys
 from pathlib import Path
 import tests.cli.rl.test_rl_supervision as T
-from tests.cli.rl.test_rl_launcher import make_plan, fake_server
+from tests.doubles.rl_processes import make_plan, fake_server
 from verifiers.cli.rl import launcher as rl_launcher
 from verifiers.cli.common import run_cli
 tmp = Path(sys.argv[1])
@@ -327,39 +311,6 @@ def test_ctrl_c_in_a_tmux_pane_lets_the_trainer_checkpoint(tmp_path):
 
 
 # -- a real run: the vLLM server killed mid-training --------------------------------------------
-
-
-def start_real_run(tiny_model_dir: Path, tmp_path: Path, steps: int) -> tuple[subprocess.Popen, Path]:
-    """``vf-rl`` on the tiny model and reverse-text for ``steps`` steps (a checkpoint every step, a CPU
-    vf-vllm in fp32), started in ``tmp_path``: the process (stdout piped) and its output folder."""
-    from tests.cli.test_cli_real_runs import CONFIG  # a real run's config (checkpoints every step)
-
-    cfg = tmp_path / "cfg.toml"
-    text = CONFIG.format(model=tiny_model_dir, port=free_port()).replace(
-        "max_steps = 2", f"max_steps = {steps}"
-    )
-    cfg.write_text(
-        text.replace(
-            "[trainer]\n", '[inference.args]\nenforce_eager = true\ndtype = "float32"\n\n[trainer]\n'
-        )
-    )
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": VLLM_CACHE_ROOT,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "environments" / "reverse_text")]),
-    }
-    child = subprocess.Popen(
-        [sys.executable, "-m", "verifiers.cli.rl.plan", "@", str(cfg), "--no-tmux"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    return child, tmp_path / "outputs" / "resume-e2e"
-
-
-def step_lines(run: Path) -> list[dict]:
-    """The per-step lines of a run's metrics.jsonl (not the summary, not eval lines)."""
-    lines = [json.loads(line) for line in (run / "runs" / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in lines if "train_runtime" not in r and not any(k.startswith("eval_") for k in r)]
 
 
 @pytest.mark.server

@@ -159,7 +159,7 @@ def test_a_prober_with_both_bounds_off_never_starts():
 
 
 def parse(**inference):
-    from tests.cli.rl.test_rl_cli import CONFIG
+    from tests.doubles.configs import RL_CONFIG as CONFIG
     from verifiers.cli.run_config import load as tc
 
     raw = tc.tomllib.loads(CONFIG)

@@ -16,24 +16,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.cli.rl.test_rl_cli import CONFIG  # noqa: E402
-from tests.cli.rl.test_rl_launcher import ROOT, fake_server, gone  # noqa: E402
-from tests.vllm_server import free_port  # noqa: E402
+from tests.doubles.configs import RL_CONFIG as CONFIG  # noqa: E402
+from tests.doubles.rl_processes import ROOT, fake_server, gone  # noqa: E402
+from tests.doubles.vllm_server import free_port  # noqa: E402
 from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
 from verifiers.cli.run_config import load as tc  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("RANK", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def quick_restarts(monkeypatch):
-    monkeypatch.setattr(rl_launcher, "RESTART_FIRST_DELAY_S", 0.2)
+pytestmark = pytest.mark.usefixtures("one_process", "quick_restarts")  # tests/cli/rl/conftest.py
 
 
 # Start n (1, 2, ...) records its argv tail and $VF_RL_ATTEMPT, beats like the real trainer, "trains"
@@ -215,7 +205,8 @@ def test_vf_rl_run_survives_its_trainer_killed_mid_run(tiny_model_dir, tmp_path)
     pytest.importorskip("vllm")
     import signal
 
-    from tests.cli.rl.test_rl_supervision import start_real_run, step_lines, wait_for
+    from tests.doubles.real_rl_run import start_real_run, step_lines
+    from tests.doubles.rl_processes import wait_for
 
     steps = 5
     child, run = start_real_run(tiny_model_dir, tmp_path, steps)

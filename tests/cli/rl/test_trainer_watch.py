@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from tests.cli.rl.test_rl_cli import CONFIG  # noqa: E402
+from tests.doubles.configs import RL_CONFIG as CONFIG  # noqa: E402
 from verifiers.cli.rl.trainer_watch import (  # noqa: E402
     HANG_MARGIN_S,
     LIVE_BOUND_S,

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.cli.run_config.test_toml_config import BASE  # noqa: E402 (the same minimal config)
+from tests.doubles.configs import RUN_CONFIG_BASE as BASE  # noqa: E402 (the same minimal config)
 from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
 from verifiers.training.rl.config import RLConfig  # noqa: E402

@@ -9,30 +9,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.configs import TRAINER_TABLES  # noqa: E402
+from tests.doubles.configs import RUN_CONFIG_BASE as BASE  # noqa: E402
 from verifiers.cli.run_config import load as tc  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "verifiers" / "configs" / "vf-rl").glob("*.toml"))
-
-BASE = (
-    """
-model = "smollm2"
-
-[env]
-id = "reverse-text"
-args = { num_train_examples = 8 }
-
-[inference]
-gpus = 0
-
-[inference.args]
-enforce_eager = true
-
-"""
-    + TRAINER_TABLES
-)
 
 
 def parse(text: str = BASE, overrides: list[tuple[str, str]] = ()) -> tc.RunConfig:

@@ -16,7 +16,6 @@ from transformers import TrainingArguments  # noqa: E402
 
 import verifiers  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training.config import fields as config_mod  # noqa: E402
 from verifiers.training.config.fields import GRPOConfig, grpo_defaults, lora_defaults  # noqa: E402
 from verifiers.training.generation.producer import sampling_args_from_config  # noqa: E402
 from verifiers.training.rl.config import RLConfig  # noqa: E402
@@ -25,10 +24,7 @@ from verifiers.training.rl.output import SampleSchedule  # noqa: E402
 SOURCE = Path(verifiers.__file__).parent
 
 
-@pytest.fixture(autouse=True)
-def one_process_no_gpu(monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(config_mod, "_bf16_accelerator", lambda: False)
+pytestmark = pytest.mark.usefixtures("one_process_no_gpu")  # tests/training/config/conftest.py
 
 
 def defaults(**kw) -> GRPOConfig:

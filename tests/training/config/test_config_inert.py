@@ -18,15 +18,10 @@ pytest.importorskip("transformers")
 
 from verifiers.errors import ConfigError  # noqa: E402
 from verifiers.training.config import assigned  # noqa: E402
-from verifiers.training.config import fields as config_mod  # noqa: E402
 from verifiers.training.config.fields import GRPOConfig, grpo_defaults  # noqa: E402
 from verifiers.training.lifecycle import processes  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_process_no_gpu(monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(config_mod, "_bf16_accelerator", lambda: False)
+pytestmark = pytest.mark.usefixtures("one_process_no_gpu")  # tests/training/config/conftest.py
 
 
 def make(**kw) -> GRPOConfig:

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from tests.training.generation.test_generator import FakeEnv  # noqa: E402
+from tests.doubles.generation import FakeEnv  # noqa: E402
 from verifiers.tokenization.assembly import prompt_length, truncate_prompt  # noqa: E402
 from verifiers.training.generation.producer import (  # noqa: E402
     PROMPT_TRUNCATED_KEY,

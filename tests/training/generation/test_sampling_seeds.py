@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from tests.training.generation.test_generator import DATASET, FakeEnv, make_producer
+from tests.doubles.generation import DATASET, FakeEnv, make_producer
 from verifiers.errors import ConfigError
 from verifiers.training.generation import generator as generator_module
 from verifiers.training.generation.producer import producer_seed

@@ -24,8 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from tests.fakeserver import FakeServer  # noqa: E402
-from tests.training.test_trainer import RecordingClient, grpo_args, make_trainer, reply_of  # noqa: E402
+from tests.doubles.trainer import RecordingClient, grpo_args, make_trainer  # noqa: E402
 from verifiers.errors import CheckpointError  # noqa: E402
 from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 
@@ -43,12 +42,6 @@ STAGES = {
     "generator state": "generator_state.pt",
     "complete mark": "checkpoint_complete.json",
 }
-
-
-@pytest.fixture(scope="module")
-def fake_server():
-    with FakeServer(reply=reply_of) as server:
-        yield server
 
 
 def fail_writes(monkeypatch, target: str, exc: OSError) -> None:

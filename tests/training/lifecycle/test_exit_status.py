@@ -9,7 +9,7 @@ layout            ``accelerate launch``                ``torchrun`` (``python -m
 ================  ===================================  =========================================
 one process       ``--num_processes 1``                ``--nproc_per_node 1``
 DDP, 2            ``--multi_gpu`` + ACCELERATE_USE_CPU ``--nproc_per_node 2``
-ZeRO-3, 2         ``configs/zero3-cpu.yaml``           ZERO3_ENV (tests/launch.py)
+ZeRO-3, 2         ``configs/zero3-cpu.yaml``           ZERO3_ENV (tests/doubles/launch.py)
 FSDP, 2           skipped: no FSDP without GPUs        skipped: the same
 ================  ===================================  =========================================
 
@@ -58,7 +58,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from tests.launch import ROOT, command, run  # noqa: E402
+from tests.doubles.launch import ROOT, command, run  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -29,8 +29,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
-from tests.launch import command, run  # noqa: E402
-from tests.vllm_server import free_port  # noqa: E402
+from tests.doubles.launch import command, run  # noqa: E402
+from tests.doubles.vllm_server import free_port  # noqa: E402
 
 COLLECTIVE_S = 2.0  # the process group's timeout in these tests
 WAIT_S = 6.0  # rank 0's wait: three times the timeout

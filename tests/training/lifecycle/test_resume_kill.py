@@ -37,15 +37,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from tests.fakeserver import FakeServer  # noqa: E402
-from tests.training.test_trainer import (  # noqa: E402
+from tests.doubles.launch import finish  # noqa: E402
+from tests.doubles.trainer import (  # noqa: E402
     RecordingClient,
     grpo_args,
     make_trainer,
-    reply_of,
     train_log,
 )
-from tests.vllm_server import serve  # noqa: E402
+from tests.doubles.vllm_server import serve  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
 from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 
@@ -134,12 +133,6 @@ def test_generator_wait_idle_waits_for_the_batch_in_flight():
 
 # ---------------------------------------------------------------------------
 # A run that dies while saving (fake server)
-
-
-@pytest.fixture(scope="module")
-def fake_server():
-    with FakeServer(reply=reply_of) as server:
-        yield server
 
 
 class KilledWhileSaving(BaseException):
@@ -249,18 +242,6 @@ def start_run(
 def staging_files(pid: int) -> list[Path]:
     """The weight-transfer files (a model's size each, in /dev/shm) that process ``pid`` made."""
     return [p for d in (Path("/dev/shm"), Path(tempfile.gettempdir())) for p in d.glob(f"vf-weights-{pid}-*")]
-
-
-def finish(proc: subprocess.Popen, run: Path, timeout: float = 300) -> None:
-    try:
-        rc = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        rc = "timeout"
-    if rc != 0:
-        logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted(run.glob("*.log")))
-        pytest.fail(f"training run failed ({rc}):\n{logs}")
 
 
 def read_steps(path: Path) -> list[dict]:

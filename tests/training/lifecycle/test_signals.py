@@ -23,8 +23,8 @@ pytest.importorskip("datasets")
 
 from transformers import TrainerCallback  # noqa: E402
 
-from tests.fakeserver import FakeServer  # noqa: E402
-from tests.training.test_trainer import RecordingClient, grpo_args, make_trainer, reply_of, train_log  # noqa: E402
+from tests.doubles.openai_server import FakeServer  # noqa: E402
+from tests.doubles.trainer import RecordingClient, grpo_args, make_trainer, reply_of, train_log  # noqa: E402
 from verifiers.errors import TrainingStopped  # noqa: E402
 from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 from verifiers.training.lifecycle.shutdown import StopSignals  # noqa: E402
@@ -217,7 +217,8 @@ def test_sigterm_to_a_two_process_run_stops_every_rank_at_the_same_step(tiny_mod
     import re
     import subprocess
 
-    from tests import fakeserver, launch
+    from tests.doubles import launch
+    from tests.doubles import openai_server as fakeserver
     from tests.drivers.dist_train import fake_reply
 
     root = Path(__file__).resolve().parents[3]

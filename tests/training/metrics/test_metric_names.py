@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.envs.test_rollout_failure import outputs_of
+from tests.doubles.rollouts import outputs_of
 from verifiers.envs.state import new_state
 from verifiers.failures import FailureKind, RolloutFailure
 from verifiers.training.generation.producer import PromptStream, PromptTruncation, RolloutProducer

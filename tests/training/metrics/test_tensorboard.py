@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import TrainingArguments  # noqa: E402
 from transformers.integrations import TensorBoardCallback  # noqa: E402
 
-from tests.envs.test_rollout_failure import outputs_of  # noqa: E402
+from tests.doubles.rollouts import outputs_of  # noqa: E402
 from verifiers.envs.state import new_state  # noqa: E402
 from verifiers.training.metrics import step as M  # noqa: E402
 

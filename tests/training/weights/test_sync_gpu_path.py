@@ -1,6 +1,6 @@
 """The trainer's side of weight sync on the GPU path (issue 22, findings 4-9), on CPU where the
 logic allows: the real /vf routes over a fake engine whose spec is a saved tiny checkpoint's
-(tests/inference/test_client.py's double), recording clients, tiny models built here.
+(tests/doubles/vllm_engine.py), recording clients, tiny models built here.
 
 - one server transaction per sync, streamed in files of whole layers; a full fine-tune's first
   sync skips what the server loaded already;
@@ -27,7 +27,7 @@ pytest.importorskip("uvicorn")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from tests.inference.test_client import Double, FakeEngine  # noqa: E402
+from tests.doubles.vllm_engine import Double, FakeEngine  # noqa: E402
 from verifiers.errors import WeightSyncError  # noqa: E402
 from verifiers.inference import transport  # noqa: E402
 from verifiers.inference.client import VLLMClient  # noqa: E402

@@ -19,7 +19,7 @@ pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
 import verifiers as vf  # noqa: E402
-from tests.training.test_trainer import TOL, make_trainer, server_args, server_env, train_log  # noqa: E402
+from tests.doubles.trainer import TOL, make_trainer, server_args, server_env, train_log  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -82,7 +82,7 @@ def tiny_qwen2_dir(tiny_model_dir, tmp_path_factory):
 def qwen2_server(tiny_qwen2_dir, tmp_path_factory):
     """vf-vllm serving the tiny Qwen2 without --enable-lora (the guide's manual layout): a PEFT
     model reaches it as merged full weights."""
-    from tests.vllm_server import serve
+    from tests.doubles.vllm_server import serve
 
     flags = ("--max-num-seqs", "32", "--seed", "0", "--no-enable-chunked-prefill")
     with serve(tiny_qwen2_dir, tmp_path_factory.mktemp("qwen2-vllm"), *flags) as server:

@@ -1,5 +1,9 @@
 """A tiny local OpenAI-compatible HTTP server for tests (no model, no network).
 
+Stands in for vf-vllm / any OpenAI endpoint an environment, vf-eval or the trainer talks to.
+Used by the default tier (envs, cli, compat, trainer and docs tests), by the drivers the
+launched runs start (tests/drivers/), and by the parity tier's 0.1.x oracle (loaded by path).
+
 It speaks just enough of the OpenAI / vLLM wire format for environments, the
 ``vf-eval`` CLI and token assembly to be tested end to end with the real
 ``openai`` client.

@@ -1,5 +1,9 @@
 """Launching a driver script (``tests/drivers/``) the way users launch training, on CPU.
 
+Stands in for a user's ``accelerate launch`` / ``torchrun`` command line (``finish`` waits for a
+launched run and fails the test with its logs). Used by the default and slow tiers' launched
+runs (tests/training/: test_distributed.py, lifecycle/, test_soak.py).
+
 ``command(layout, launcher)`` gives the argv prefix and extra environment of one launch:
 
 ===========  ==================================  ===========================================
@@ -24,6 +28,7 @@ launcher gets SIGTERM, and torchrun SIGKILLs its workers (their own sessions, ou
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,9 +36,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_server import free_port
+from tests.doubles.vllm_server import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ZERO3_CPU = ROOT / "configs" / "zero3-cpu.yaml"
 # What `accelerate launch --config_file configs/zero3-cpu.yaml` exports to its workers.
 ZERO3_ENV = {
@@ -134,3 +139,15 @@ def run(argv: list[str], extra_env: dict[str, str], limit_s: float, what: str) -
             text, _ = proc.communicate()
         pytest.fail(f"{what} did not end within {limit_s:.0f} s:\n{(text or '')[-4000:]}")
     return proc.returncode, text, time.monotonic() - start
+
+
+def finish(proc: subprocess.Popen, run: Path, timeout: float = 300) -> None:
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        rc = "timeout"
+    if rc != 0:
+        logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted(run.glob("*.log")))
+        pytest.fail(f"training run failed ({rc}):\n{logs}")

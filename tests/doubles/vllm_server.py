@@ -1,5 +1,9 @@
 """A real vf-vllm server for tests: the tiny model in a subprocess on a free port.
 
+Not a double: the real server, started and stopped the way a test needs it; ``free_port`` and
+``bound_unix_sockets`` (what a server process holds) go with it. Used by the server tier
+(``-m server``, part of the default run) and the slow tier's real runs.
+
 ``serve(model_dir, tmp_dir, *flags)`` starts ``python -m verifiers.cli.vllm`` in its
 own process group, waits until ``/vf/health`` says ready (or fails the test with the
 tail of the server's log), yields a :class:`Server` and stops the whole group after.
@@ -35,7 +39,7 @@ ALL_INTERFACES = "0.0.0.0"
 # inspects the model class in a fresh Python process (about 10 s of imports on 2 cores) before
 # it starts the engine; a cache per server paid that at every start.
 VLLM_CACHE_ROOT = os.environ.get("VLLM_CACHE_ROOT") or str(
-    Path(__file__).resolve().parents[1] / ".cache" / "vllm"
+    Path(__file__).resolve().parents[2] / ".cache" / "vllm"
 )
 
 # Eager fp32 (no compile time; the trainer's dtype) and a small fixed KV cache.
@@ -172,3 +176,12 @@ def serve_off_loopback(
     flags += ("--admin-token", admin_token) if admin_token else ()
     env = {"VF_ADMIN_TOKEN": None}
     return serve(model_dir, tmp_dir, *flags, host=ALL_INTERFACES, env=env, **kwargs)
+
+
+def bound_unix_sockets(pid: int) -> set[Path]:
+    """Paths of the Unix sockets that process ``pid`` and its descendants have bound (abstract ones left out)."""
+    import psutil  # a vLLM dependency
+
+    root = psutil.Process(pid)
+    procs = [root, *root.children(recursive=True)]
+    return {Path(c.laddr) for p in procs for c in p.net_connections(kind="unix") if c.laddr.startswith("/")}
