@@ -44,6 +44,11 @@ seed, the batch and its slot (``sampling_seeds = "rollout"``), and a restarted t
 weights, optimizer and RNG from the checkpoint; the model fields (loss, grad_norm, entropy,
 importance ratio, learning rate) within ``--rtol`` (the JSON gives the largest difference measured
 per field, so the tolerance is a measurement, not an assumption). ``exact=1`` when all of that holds.
+What makes two fresh runs compute alike on a CPU (each was needed; without it step 1 or 2 already
+differed in a fault-free pair): the adapter's init follows the run's seed (GRPOTrainer seeds before
+``get_peft_model``); the server computes one sequence at a time without a prefix cache (vLLM's
+batched kernels round differently with the batch's make-up, and a near tie then samples another
+token); both runs get one CPU dtype and every core (``REPRODUCIBLE_ENV``).
 
 Outputs in ``--out``: ``chaos.toml``, ``faulted/`` and ``reference/`` (vf-rl's stdout and logs, the
 metrics), ``chaos.json`` (faults, bounds, comparison, machine), ``chaos.png`` (steps over time, faults
@@ -102,6 +107,12 @@ SAVE_STEPS = 2
 TMPFS_BYTES = 256 << 20  # three checkpoints of a LoRA r8 adapter with its optimizer are ~40 MiB
 TARGET_WAIT_S = 60.0  # a fault whose target is missing (mid-restart) waits this long, then is skipped
 FAULT_LEAD_S = 10.0  # the first fault comes at least this long after the first step is logged
+
+# Both runs, and every restart in them, compute alike: the same CPU dtype (measured once here,
+# not by each vf-rl: a borderline CPU could choose differently) and every core whatever else runs
+# (utils/cpu_load.py would give a restarted trainer fewer threads beside a busy moment, and
+# another summation order). Filled in by main().
+REPRODUCIBLE_ENV: dict[str, str] = {"VF_CPU_NEIGHBOURS": "ignore"}
 
 DATA_FIELDS = (
     "reward", "reward_std", "reward/min", "reward/max", "zero_std_groups_frac",
@@ -233,6 +244,11 @@ progress_timeout_s = {SERVER_PROGRESS_S:g}   # requests pending, no engine step:
 [inference.args]
 enforce_eager = true
 no_enable_chunked_prefill = true
+# One sequence at a time and no prefix cache: a rollout's logits then never depend on which other
+# requests shared its batch or computed its prompt's cached blocks, so a retried or restarted batch
+# samples the same tokens from the same seed (vLLM's batched kernels differ in the last bits).
+max_num_seqs = 1
+no_enable_prefix_caching = true
 kv_cache_memory_bytes = 268435456
 max_model_len = 512
 
@@ -624,7 +640,7 @@ def run_vf_rl(
         proc = subprocess.Popen(
             vf_rl_command(toml, processes), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **REPRODUCIBLE_ENV, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
     watch = Watch(output, t0)
     rng = random.Random(seed + 1)  # which rank; apart from the schedule's stream
@@ -923,6 +939,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # exit through the finally blocks
+    from verifiers.utils.compute_dtype import cpu_compute_dtype
+
+    REPRODUCIBLE_ENV.setdefault("VF_CPU_DTYPE", cpu_compute_dtype().dtype)
+    print(f"both runs: {', '.join(f'{k}={v}' for k, v in REPRODUCIBLE_ENV.items())}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     deadline = span + steps * args.step_s * 3 + 1200  # faults, then every step slow, then start-ups
     faulted_run = out / "faulted"

@@ -625,3 +625,22 @@ def test_server_cuts_long_prompts_before_the_server(tiny_model_dir, vllm_server,
     trainer.train()
     assert prompts and max(len(p) for p in prompts) <= 64  # the server's own prompt token ids
     assert train_log(trainer)[0]["prompt_truncated_frac"] == 1.0
+
+
+def test_the_adapter_init_follows_the_runs_seed(tiny_model_dir, fake_server, tmp_path):
+    """Two runs with one seed start from the same LoRA weights (and so train alike); another seed,
+    others. torch's initial seed differs per process, and Trainer seeds only after the adapter exists."""
+    torch.manual_seed(1234)  # whatever the process did before must not matter
+
+    def adapter(seed: int) -> dict[str, torch.Tensor]:
+        trainer = make_trainer(
+            tiny_model_dir,
+            RecordingClient(fake_server),
+            grpo_args(tmp_path / str(seed), seed=seed, max_steps=1),
+            peft_config=vf.lora_defaults(r=4, alpha=8),
+        )
+        return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_A" in n}
+
+    first, again, other = adapter(7), adapter(7), adapter(8)
+    assert first and all(torch.equal(first[n], again[n]) for n in first)
+    assert not all(torch.equal(first[n], other[n]) for n in first)

@@ -147,7 +147,12 @@ class GRPOTrainer(Trainer):
             model = get_model(model)
         if peft_config is not None:
             from peft import get_peft_model
+            from transformers import set_seed
 
+            # The adapter's random init follows the run's seed (Trainer seeds only later, in its
+            # __init__; torch's own initial seed differs per process): two runs with one seed
+            # start from the same adapter, as they sample the same rollouts.
+            set_seed(args.seed)
             model = get_peft_model(model, peft_config)
         if is_peft_model(model):
             # A tied head trained apart (modules_to_save) never reaches vLLM: refused now, not at
