@@ -60,6 +60,7 @@ LIGHT_PATHS: dict[str, list[str]] = {
     "verifiers.envs.experimental.cli_agent_env": ["CliAgentEnv"],
     "verifiers.envs.experimental.harbor_env": ["HarborEnv"],
     "verifiers.envs.experimental.harbor_env.env": ["HarborEnv"],
+    "verifiers.envs.integrations.openenv_env": ["OpenEnvEnv"],
     "verifiers.envs": [
         "Environment",
         "MultiTurnEnv",

@@ -39,6 +39,7 @@ MOVED: dict[str, str] = {
     "verifiers.envs.stateful_tool_env": "verifiers.envs.stateful_tool",
     "verifiers.envs.tool_env": "verifiers.envs.tool",
     "verifiers.envs.env_group": "verifiers.envs.group",
+    "verifiers.envs.textarena_env": "verifiers.envs.refused",  # 0.1.4's TextArenaEnv: refused there
     "verifiers.rubrics.judge_rubric": "verifiers.rubrics.judge",
     "verifiers.rubrics.rubric_group": "verifiers.rubrics.group",
     "verifiers.rubrics.tool_rubric": "verifiers.rubrics.tool",
@@ -58,6 +59,7 @@ MOVED: dict[str, str] = {
     "verifiers.envs.experimental.gym_env": "verifiers.envs.gym",
     "verifiers.envs.experimental.mcp_env": "verifiers.envs.refused",
     "verifiers.envs.experimental.cli_agent_env": "verifiers.envs.refused",
+    "verifiers.envs.integrations.openenv_env": "verifiers.envs.refused",  # 0.1.12
     # 0.2's docs
     "verifiers.rollout.chat_template": "verifiers.tokenization.chat_template",
     "verifiers.rollout.tokens": "verifiers.tokenization.assembly",
