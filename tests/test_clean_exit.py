@@ -97,7 +97,7 @@ def test_sandbox_runs_end_clean():
     report = run_clean(
         """
         import asyncio
-        from verifiers.utils.sandbox import arun_python, run_python
+        from verifiers.envs.sandbox import arun_python, run_python
 
         assert run_python("print(1)").stdout == "1\\n"
         for _ in range(6):  # racy one at a time: the pipe's EOF may or may not beat the return

@@ -60,6 +60,7 @@ LIGHT_PATHS: dict[str, list[str]] = {
     "verifiers.envs.experimental.cli_agent_env": ["CliAgentEnv"],
     "verifiers.envs.experimental.harbor_env": ["HarborEnv"],
     "verifiers.envs.experimental.harbor_env.env": ["HarborEnv"],
+    "verifiers.envs.integrations.openenv_env": ["OpenEnvEnv"],
     "verifiers.envs": [
         "Environment",
         "MultiTurnEnv",
@@ -102,6 +103,12 @@ LIGHT_PATHS: dict[str, list[str]] = {
     "verifiers.utils.config_utils": ["ensure_keys", "MissingKeyError"],
     "verifiers.utils.decorators": ["stop", "cleanup", "teardown"],
     "verifiers.inference.vllm_client": ["VLLMClient"],
+    # 0.1.8+ utils, now environment code in verifiers/envs/ (issue 44)
+    "verifiers.utils.response_utils": ["parse_response_message", "parse_response_tokens"],
+    # 0.2's utils paths of environment code, now in verifiers/envs/ (issue 44)
+    "verifiers.utils.env_loader": ["load_environment"],
+    "verifiers.utils.sandbox": ["run_python", "arun_python", "SandboxResult"],
+    "verifiers.utils.sandbox_child": ["main"],
     "verifiers.trainers": ["GRPOTrainer", "GRPOConfig", "grpo_defaults", "lora_defaults"],
 }
 # Importing these imports torch/transformers, as in 0.1.x.

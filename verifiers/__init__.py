@@ -17,6 +17,7 @@ from verifiers.envs.environment import Environment
 from verifiers.envs.group import EnvGroup
 from verifiers.envs.gym import GymEnv
 from verifiers.envs.integrations import ReasoningGymEnv, TextArenaEnv
+from verifiers.envs.loader import load_environment
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.envs.python_env import PythonEnv
 from verifiers.envs.refused import CliAgentEnv, HarborEnv, MCPEnv, OpenEnvEnv
@@ -74,7 +75,6 @@ from verifiers.types import (
 from verifiers.utils.data import extract_boxed_answer, extract_hash_answer, load_example_dataset
 from verifiers.utils.display import print_prompt_completions_sample
 from verifiers.utils.ensure import MissingKeyError, ensure_keys
-from verifiers.utils.env_loader import load_environment
 from verifiers.utils.extras import import_with_extra
 from verifiers.utils.logging import log_level, quiet_verifiers, setup_logging
 

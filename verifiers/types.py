@@ -38,6 +38,14 @@ JsonPrimitive = Literal["string", "number", "integer", "boolean", "array", "obje
 """The JSON Schema type names a tool parameter may have."""
 
 
+def message_field(message: Any, key: str, default: Any = None) -> Any:
+    """Read ``key`` from a chat message that is a dict or an object with attributes (the openai
+    client's pydantic messages)."""
+    if isinstance(message, dict):
+        return message.get(key, default)
+    return getattr(message, key, default)
+
+
 class Endpoint(TypedDict):
     """One entry of a ``vf-eval -e`` endpoints file: API-key variable, base URL, model id."""
 
@@ -70,9 +78,9 @@ def __getattr__(name: str) -> Any:
         module, attr = _OPENAI_TYPES[name].split(":")
         value = getattr(importlib.import_module(module), attr)
     else:
-        from verifiers.compat.refused import refuse
-
-        refuse(__name__, name)  # a later release's name we do not offer: one line saying why
+        # A later release's name we do not offer is refused in one line saying why: verifiers.compat's
+        # import hook wraps this function to do so (types sits below compat, imports nothing of it).
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
     return value
 

@@ -24,9 +24,9 @@ import re
 from typing import Any
 
 import verifiers as vf
+from verifiers.envs.builtin_tools import calculator
 from verifiers.errors import ConfigError
 from verifiers.utils.tool_utils import tool_call_example
-from verifiers.utils.tools import calculator
 
 SYSTEM_PROMPT = "Use the calculator tool to compute the answer, then reply with just the final number."
 

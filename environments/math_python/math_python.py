@@ -1,7 +1,7 @@
 """math-python: math problems solved with a sandboxed Python tool.
 
 A ``vf.ToolEnv`` whose one tool, ``python(code)``, runs the model's program in
-``verifiers.utils.sandbox`` (a separate, resource-limited process without
+``verifiers.envs.sandbox`` (a separate, resource-limited process without
 network or write access outside its scratch directory) and returns what it
 printed, or the error. Escape attempts come back to the model as tool errors.
 
@@ -22,8 +22,8 @@ from fractions import Fraction
 from functools import lru_cache
 
 import verifiers as vf
+from verifiers.envs.sandbox import arun_python
 from verifiers.errors import ConfigError
-from verifiers.utils.sandbox import arun_python
 from verifiers.utils.tool_utils import tool_call_example
 
 SYSTEM_PROMPT = (

@@ -151,7 +151,7 @@ def test_bundled_datasets_all_load():
 def test_my_modules_do_not_import_heavy_packages():
     """The CLI and utils modules import datasets/rich/openai only when they run."""
     code = (
-        "import sys, verifiers, verifiers.utils.data, verifiers.utils.display, verifiers.utils.env_loader, "
+        "import sys, verifiers, verifiers.utils.data, verifiers.utils.display, verifiers.envs.loader, "
         "verifiers.cli.eval, verifiers.cli.init, verifiers.cli.install, verifiers.data.reverse_text\n"
         "heavy = [m for m in ('torch', 'datasets', 'transformers', 'vllm') if m in sys.modules]\n"
         "print(','.join(heavy))"

@@ -61,8 +61,8 @@ from verifiers.cli.common import (
     resolve_endpoint,
     run_parsed,
 )
+from verifiers.envs.loader import env_name
 from verifiers.errors import ConfigError, ServerError, ServerUnreachableError
-from verifiers.utils.env_loader import env_name
 
 logger = logging.getLogger("verifiers.cli.eval")
 

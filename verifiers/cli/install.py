@@ -34,8 +34,7 @@ from pathlib import Path
 
 from verifiers.cli.common import CLIParser, run_parsed
 from verifiers.cli.progress import Heartbeat
-from verifiers.errors import ConfigError, VerifiersError
-from verifiers.utils.env_loader import (
+from verifiers.envs.loader import (
     check_env_version,
     env_name,
     installed_version,
@@ -43,6 +42,7 @@ from verifiers.utils.env_loader import (
     module_name_for,
     split_env_id,
 )
+from verifiers.errors import ConfigError, VerifiersError
 
 DEFAULT_PATH = "./environments"
 LOG_TAIL_LINES = 20  # of pip's output, printed when it fails

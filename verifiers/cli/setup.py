@@ -139,7 +139,8 @@ def write_workspace(root: Path, force: bool) -> Path:
 
 def example_configs() -> dict[str, str]:
     """``{env name: TOML text}`` of the bundled vf-rl examples, by name."""
-    folder = resources.files("verifiers") / "configs" / "vf-rl"  # package data
+    # package data, the one copy: configs/vf-rl in a clone is a link to this folder
+    folder = resources.files("verifiers") / "configs" / "vf-rl"
     found = {
         entry.name.removesuffix(".toml"): entry.read_text(encoding="utf-8")
         for entry in folder.iterdir()

@@ -4,6 +4,10 @@
 re-exported); ``finder.py`` is the import hook that serves it, installed by
 ``import verifiers``. No file exists at an old path: ``import verifiers.envs.tool_env``
 gives ``verifiers.envs.tool`` itself.
+
+compat sits above ``types`` and ``utils``: they import nothing from it, and the hook gives
+their refused 0.1.x names (``finder.REFUSING_ON_LOAD``). The env and rubric modules import
+``refused.py`` and ``forms.py`` themselves.
 """
 
 from verifiers.compat.finder import install

@@ -4,6 +4,11 @@
 imports nothing else). The finder comes after the normal ones: a module that exists as a
 file always wins, and the finder is asked only about names no other finder knows, which
 it answers from the table with one set lookup.
+
+It also gives the modules below compat that 0.1.x names are refused on (``REFUSING_ON_LOAD``:
+types and utils import nothing from compat) their refusing ``__getattr__``:
+those loaded already when ``install()`` runs at once, the others as they load (a second
+finder, first on ``sys.meta_path``, asked about those names only).
 """
 
 from __future__ import annotations
@@ -18,6 +23,13 @@ from typing import Any
 
 from verifiers.compat.paths import MOVED, NEEDS_EXTRA, OLD_PATHS, REEXPORTED
 from verifiers.compat.refused import REFUSED_MODULES, refuse, refusing_getattr
+
+REFUSING_ON_LOAD: frozenset[str] = frozenset(
+    {"verifiers.types", "verifiers.utils.async_utils", "verifiers.utils.message_utils"}
+)
+"""Modules with names in ``REFUSED_NAMES`` that sit below compat (they import nothing from it), so
+the hook gives them ``refusing_getattr``, after their own ``__getattr__`` where they have one
+(any other module with refused names sets it itself)."""
 
 # Refused modules are served too (a module whose every name is refused), unless the path moved.
 _SERVED: frozenset[str] = OLD_PATHS | frozenset(REFUSED_MODULES)
@@ -119,7 +131,63 @@ class OldPathFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _give_refusing_getattr(module: ModuleType) -> None:
+    """``module.__getattr__`` refuses its refused names: after its own ``__getattr__``, if it has one."""
+    own = module.__dict__.get("__getattr__")
+    if getattr(own, "_vf_refusing", False):
+        return  # given already
+    refusing = refusing_getattr(module.__name__)
+    if own is None:
+        combined = refusing
+    else:
+
+        def combined(name: str) -> Any:
+            try:
+                return own(name)
+            except AttributeError:
+                return refusing(name)
+
+    combined._vf_refusing = True  # type: ignore[attr-defined]
+    module.__getattr__ = combined  # type: ignore[method-assign]
+
+
+class _RefusingLoader(importlib.abc.Loader):
+    """The module's own loader, then its refusing ``__getattr__``; everything else is the own loader's."""
+
+    def __init__(self, loader: Any):
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> Any:  # get_code, get_source, get_filename, ...
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _give_refusing_getattr(module)
+
+
+class RefusingOnLoadFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules of ``REFUSING_ON_LOAD`` where they are, and loads them through ``_RefusingLoader``."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in REFUSING_ON_LOAD:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _RefusingLoader(spec.loader)
+        return spec
+
+
 def install() -> None:
     """Serve the old module paths from now on (once per interpreter)."""
     if not any(isinstance(f, OldPathFinder) for f in sys.meta_path):
         sys.meta_path.append(OldPathFinder())
+    if not any(isinstance(f, RefusingOnLoadFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, RefusingOnLoadFinder())
+    for name in REFUSING_ON_LOAD:
+        if name in sys.modules:
+            _give_refusing_getattr(sys.modules[name])

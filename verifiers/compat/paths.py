@@ -22,6 +22,8 @@ Where the paths come from:
   and ``orchestrator.py``), now ``verifiers/training/rl/`` and ``verifiers/training/generation/``;
 * 0.2's docs: ``verifiers.rollout.*`` (``python -m verifiers.rollout.chat_template`` was a
   documented command), now ``verifiers.tokenization`` and ``verifiers.failures``.
+* 0.2's ``verifiers.utils.env_loader``, ``sandbox`` and ``sandbox_child``: environment code,
+  now under ``verifiers/envs/`` (utils holds no domain).
 
 Old 0.2 paths that are packages now keep their names on the package itself instead
 (``verifiers.training.config``, ``verifiers.training.rl``, ``verifiers.cli.rl``); the other
@@ -37,6 +39,7 @@ MOVED: dict[str, str] = {
     "verifiers.envs.stateful_tool_env": "verifiers.envs.stateful_tool",
     "verifiers.envs.tool_env": "verifiers.envs.tool",
     "verifiers.envs.env_group": "verifiers.envs.group",
+    "verifiers.envs.textarena_env": "verifiers.envs.refused",  # 0.1.4's TextArenaEnv: refused there
     "verifiers.rubrics.judge_rubric": "verifiers.rubrics.judge",
     "verifiers.rubrics.rubric_group": "verifiers.rubrics.group",
     "verifiers.rubrics.tool_rubric": "verifiers.rubrics.tool",
@@ -46,10 +49,17 @@ MOVED: dict[str, str] = {
     # 0.1.x utils
     "verifiers.utils.config_utils": "verifiers.utils.ensure",
     "verifiers.utils.decorators": "verifiers.envs.decorators",
+    "verifiers.utils.tools": "verifiers.envs.builtin_tools",
+    "verifiers.utils.response_utils": "verifiers.envs.responses",
+    # 0.2 (issue 44): what only environments use moved from utils/ to envs/
+    "verifiers.utils.env_loader": "verifiers.envs.loader",
+    "verifiers.utils.sandbox": "verifiers.envs.sandbox",
+    "verifiers.utils.sandbox_child": "verifiers.envs.sandbox_child",
     # 0.1.10+ (issue 25): upstream's experimental environments
     "verifiers.envs.experimental.gym_env": "verifiers.envs.gym",
     "verifiers.envs.experimental.mcp_env": "verifiers.envs.refused",
     "verifiers.envs.experimental.cli_agent_env": "verifiers.envs.refused",
+    "verifiers.envs.integrations.openenv_env": "verifiers.envs.refused",  # 0.1.12
     # 0.2's docs
     "verifiers.rollout.chat_template": "verifiers.tokenization.chat_template",
     "verifiers.rollout.tokens": "verifiers.tokenization.assembly",
@@ -81,7 +91,7 @@ REEXPORTED: dict[str, dict[str, str]] = {
         ),
     },
     # 0.1.x utils (its typed-config helpers of 0.1.14 are refused, verifiers.compat.refused)
-    "verifiers.utils.env_utils": {"load_environment": "verifiers.utils.env_loader"},
+    "verifiers.utils.env_utils": {"load_environment": "verifiers.envs.loader"},
     "verifiers.trainers": dict.fromkeys(
         ("GRPOConfig", "GRPOTrainer", "grpo_defaults", "lora_defaults"), "verifiers"
     ),

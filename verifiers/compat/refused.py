@@ -440,17 +440,32 @@ class RefusedMemberError(VerifiersError, AttributeError):
     """A member of a 0.1.x class that is not offered here (``REFUSED_MEMBERS`` says why)."""
 
 
+def _refused_as(module: str, name: str) -> tuple[str, str] | None:
+    """``(path, reason)``: the path ``module.name`` is refused under (``module``, or an old path
+    that moved to it, ``verifiers.compat.paths.MOVED``) and why; None when it is not refused."""
+    from verifiers.compat.paths import MOVED
+
+    for path in (module, *(old for old, new in MOVED.items() if new == module)):
+        reason = REFUSED_NAMES.get((path, name))
+        if reason is not None:
+            return path, reason
+    reason = REFUSED_MODULES.get(module)
+    return None if reason is None else (module, reason)
+
+
 def name_refusal(module: str, name: str) -> str | None:
     """Why ``module.name`` is refused, or None when it is not."""
-    return REFUSED_NAMES.get((module, name)) or REFUSED_MODULES.get(module)
+    found = _refused_as(module, name)
+    return None if found is None else found[1]
 
 
 def refuse(module: str, name: str) -> NoReturn:
     """Raise the one-line error for a refused name (``AttributeError`` for a name never public)."""
-    reason = None if name.startswith("__") else name_refusal(module, name)
-    if reason is None:
+    found = None if name.startswith("__") else _refused_as(module, name)
+    if found is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    raise RefusedNameError(f"{module}.{name} is not part of verifiers 0.2: {reason}")
+    path, reason = found
+    raise RefusedNameError(f"{path}.{name} is not part of verifiers 0.2: {reason}")
 
 
 def refusing_getattr(module: str) -> Callable[[str], Any]:

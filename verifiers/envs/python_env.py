@@ -7,7 +7,7 @@ upstream's format: what the code printed, then ``stderr:`` and its text, then th
 of an error, or ``Out[n]: <repr>`` for a final expression's value, or ``(no output)``.
 
 Where upstream keeps a Python worker running in a hosted container, each call here runs in
-a fresh local sandbox (:mod:`verifiers.utils.sandbox`: no network, no processes, time and
+a fresh local sandbox (:mod:`verifiers.envs.sandbox`: no network, no processes, time and
 memory limits) that first replays the rollout's earlier cells with their output discarded,
 then runs the new one. So state carries over as in a REPL, with two differences: a replayed
 cell runs again (its time counts against ``timeout_per_command_seconds``; random numbers or
@@ -24,10 +24,10 @@ import time
 from typing import Any
 
 from verifiers.compat.refused import refusing_getattr
+from verifiers.envs.sandbox import arun_python
 from verifiers.envs.sandbox_env import SandboxEnv
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import Messages, State
-from verifiers.utils.sandbox import arun_python
 
 __all__ = ["PythonEnv", "PythonMonitorRubric", "python_cell_program"]
 

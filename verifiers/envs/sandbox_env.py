@@ -3,7 +3,7 @@ run in a per-rollout sandbox.
 
 Upstream creates one hosted container per rollout (prime-sandboxes, a docker image) and gives
 the model a ``bash(command)`` tool inside it. Here the sandbox is local
-(:mod:`verifiers.utils.sandbox`: a locked-down Python process, no network, no shell, no
+(:mod:`verifiers.envs.sandbox`: a locked-down Python process, no network, no shell, no
 processes), so what fits is Python: ``vf.PythonEnv`` and subclasses that offer Python tools.
 Refused, in one ``ConfigError`` line, is what needs the hosted container: a ``SandboxEnv``
 used as it is (its ``bash`` tool runs shell commands), a subclass that keeps ``bash`` (at its

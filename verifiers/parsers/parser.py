@@ -16,19 +16,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from verifiers.types import ChatMessage, Messages
+from verifiers.types import ChatMessage, Messages, message_field
 
 
 def identity(text: str) -> str:
     """Return ``text`` unchanged (the default ``extract_fn``)."""
     return text
-
-
-def message_field(message: Any, key: str, default: Any = None) -> Any:
-    """Read ``key`` from a chat message that is a dict or an object with attributes."""
-    if isinstance(message, dict):
-        return message.get(key, default)
-    return getattr(message, key, default)
 
 
 def message_text(message: Any) -> str:

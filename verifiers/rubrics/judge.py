@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from verifiers.errors import ConfigError, TemplateIndexError, TemplateKeyError
-from verifiers.parsers.parser import Parser, message_field, message_text
+from verifiers.parsers.parser import Parser, message_text
 from verifiers.rubrics.rubric import Rubric
-from verifiers.types import Info, Messages, RewardFunc, SamplingArgs, State
+from verifiers.types import Info, Messages, RewardFunc, SamplingArgs, State, message_field
 from verifiers.utils.async_utils import is_async_callable
 
 # The text 0.1.4 sent, word for word: a judge's verdict depends on the prompt,

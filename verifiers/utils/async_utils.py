@@ -19,12 +19,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from verifiers.compat.refused import refusing_getattr
-
 T = TypeVar("T")
 
-# 0.1.x names refused with a reason (verifiers.compat.refused): maybe_retry.
-__getattr__ = refusing_getattr(__name__)
+# 0.1.x's maybe_retry is refused with a reason: verifiers.compat's import hook gives this module
+# its refusing __getattr__ (utils sits below compat and imports nothing from it).
 
 
 async def resolve(value: T | Awaitable[T]) -> T:

@@ -14,7 +14,7 @@
   and ``format_messages`` (rich text for display).
 
 Messages may be dicts or the openai client's pydantic objects (read through
-:func:`verifiers.parsers.parser.message_field`); a string (completion API)
+:func:`verifiers.types.message_field`); a string (completion API)
 passes through unchanged.
 """
 
@@ -24,9 +24,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from verifiers.compat.refused import refusing_getattr
-from verifiers.parsers.parser import message_field
-from verifiers.types import ChatMessage, Messages
+from verifiers.types import ChatMessage, Messages, message_field
 
 __all__ = [
     "cleanup_message",
@@ -40,8 +38,8 @@ __all__ = [
     "strip_nones_from_content",
 ]
 
-# 0.1.x names refused with a reason (verifiers.compat.refused), e.g. normalize_messages.
-__getattr__ = refusing_getattr(__name__)
+# 0.1.x names refused with a reason (e.g. normalize_messages): verifiers.compat's import hook
+# gives this module its refusing __getattr__ (utils sits below compat and imports nothing from it).
 
 
 def _as_dict(obj: Any) -> Any:

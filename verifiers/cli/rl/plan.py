@@ -67,10 +67,10 @@ from verifiers.cli.run_config.load import (
     load_config,
     parse_command_line,
 )
+from verifiers.envs.loader import check_env_args, check_env_version, module_name_for
 from verifiers.errors import ConfigError, EnvironmentArgsError
 from verifiers.utils.compute_dtype import ENV as COMPUTE_DTYPE_ENV
 from verifiers.utils.compute_dtype import cpu_compute_dtype
-from verifiers.utils.env_loader import check_env_args, check_env_version, module_name_for
 
 # Seconds torchrun gives its workers to checkpoint after a signal (build_plan: the trainer's env).
 ELASTIC_SHUTDOWN_TIMEOUT_S = 600

@@ -50,11 +50,11 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.cli.run_config.types import check_type, describe_value
+from verifiers.envs.loader import env_name
 from verifiers.errors import ConfigError, nearest
 from verifiers.training.config.batch_layout import check_batch_sizes
 from verifiers.training.config.fields import GRPOConfig
 from verifiers.training.rl.config import RENAMED_GRPO_FIELDS, RLConfig, grpo_field_names
-from verifiers.utils.env_loader import env_name
 
 TOP_KEYS = ("model", "env", "inference", "trainer")
 ENV_KEYS = ("id", "args", "weight", "name")

@@ -191,7 +191,7 @@ def test_bundled_reverse_text_environment(monkeypatch):
     ],
 )
 def test_split_env_id(env_id, parts):
-    from verifiers.utils.env_loader import split_env_id
+    from verifiers.envs.loader import split_env_id
 
     assert split_env_id(env_id) == parts
 
@@ -227,7 +227,7 @@ def test_malformed_hub_ids_are_rejected(bad_id):
 
 
 def test_hub_style_version_must_match_the_installed_package():
-    from verifiers.utils.env_loader import installed_version
+    from verifiers.envs.loader import installed_version
 
     installed = installed_version("reverse-text")
     if installed is None:

@@ -1,4 +1,4 @@
-"""0.1.8+'s helpers that read one model response (``verifiers.utils.response_utils``).
+"""0.1.8+'s helpers that read one model response (0.1.x's ``verifiers.utils.response_utils``, an old path).
 
 Here a response is the OpenAI client's ``ChatCompletion`` / ``Completion`` (upstream 0.1.12
 wraps it in its own ``vf.Response``); both helpers read it with the code the rollouts use

@@ -1,4 +1,4 @@
-"""The code sandbox (verifiers/utils/sandbox.py): escape attempts are stopped and reported as values.
+"""The code sandbox (verifiers/envs/sandbox.py): escape attempts are stopped and reported as values.
 
 Every escape test checks three things: the attempt failed, the result names
 it in ``error`` (a value, nothing raised), and the host is unharmed (no file
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from verifiers.envs.sandbox import LAYERS, SandboxResult, arun_python, run_python
 from verifiers.errors import ConfigError
-from verifiers.utils.sandbox import LAYERS, SandboxResult, arun_python, run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox targets Linux")
 

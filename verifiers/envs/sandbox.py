@@ -6,7 +6,7 @@ operations are values). Layers, outermost first; each one that is not
 available on this machine is skipped and ``SandboxResult.layers`` lists those
 that were active:
 
-- **process** (always): ``python -I -B sandbox_child.py`` (:mod:`verifiers.utils.sandbox_child`:
+- **process** (always): ``python -I -B sandbox_child.py`` (:mod:`verifiers.envs.sandbox_child`:
   limits, landlock, seccomp, audit hook, then the code) in its own session and process group,
   with only a minimal environment (``PATH``, ``HOME``/``TMPDIR`` = the work
   dir, thread caps; nothing from the parent), stdin ``/dev/null``, cwd a fresh

@@ -1,4 +1,4 @@
-"""The sandbox child's pieces (verifiers/utils/sandbox_child.py), checked in this process.
+"""The sandbox child's pieces (verifiers/envs/sandbox_child.py), checked in this process.
 
 tests/utils/test_sandbox.py runs the whole child against escape attempts; these tests
 pin down the parts one by one: the seccomp program (run on a small BPF

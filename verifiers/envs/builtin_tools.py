@@ -1,7 +1,7 @@
-"""Ready-made tools that 0.1.x code imports from ``verifiers.utils.tools``.
+"""Ready-made tools (0.1.x code imports them from ``verifiers.utils.tools``, an old path of ``verifiers.compat``).
 
 - ``python(code)``: runs the code like a notebook cell (the value of a final
-  expression is printed) in the sandbox of :mod:`verifiers.utils.sandbox` (no
+  expression is printed) in the sandbox of :mod:`verifiers.envs.sandbox` (no
   network, a scratch directory, time and memory limits) and returns what it
   printed; on an error, the error output instead. Limits: ``PYTHON_TIMEOUT_S``
   seconds, output cut to ``PYTHON_MAX_OUTPUT_CHARS`` characters, as in 0.1.x.
@@ -22,7 +22,7 @@ import operator
 import textwrap
 from typing import Any
 
-from verifiers.utils.sandbox import run_python
+from verifiers.envs.sandbox import run_python
 
 __all__ = ["calculator", "python"]
 

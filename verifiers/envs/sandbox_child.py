@@ -1,4 +1,4 @@
-"""The sandboxed process of :mod:`verifiers.utils.sandbox`: limits, OS layers, audit hook, then the code.
+"""The sandboxed process of :mod:`verifiers.envs.sandbox`: limits, OS layers, audit hook, then the code.
 
 The parent runs ``python -I -B -u -X utf8 .../sandbox_child.py CONFIG`` in the work dir
 (which holds ``main.py``); ``CONFIG`` is JSON: ``tmp`` the work dir, ``chan`` the side-channel
