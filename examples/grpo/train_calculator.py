@@ -14,9 +14,9 @@ settings of the learning benchmark (benchmarks/learning.py --suite multiturn).
     MODEL=$(vf-models smollm2 | tail -n1)      # SmolLM2 as a local folder, built once
     vf-vllm --model "$MODEL" --port 8000 --max-model-len 1024 --enable-lora --max-lora-rank 8 \\
         --enable-auto-tool-choice --tool-call-parser hermes \\
-        --enforce-eager --dtype float32 --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
+        --enforce-eager --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
 
-   The last line is for a CPU (fp32 like the trainer; --gpu-memory-utilization is
+   The last line is for a CPU (its dtype is the CPU's, as the trainer's is; --gpu-memory-utilization is
    the share of RAM to reserve; --no-enable-chunked-prefill avoids a crash of vLLM's
    CPU backend when a seeded request's prompt is split). Leave it out on a GPU.
    Serve the model you train. SmolLM2's own chat template ignores tools, so vf-vllm

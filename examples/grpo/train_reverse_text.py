@@ -10,9 +10,9 @@ already differ in reward), plus 0.2 for the tag format.
     vf-install reverse-text
     MODEL=$(vf-models smollm2 | tail -n1)      # SmolLM2 as a local folder, built once
     vf-vllm --model "$MODEL" --port 8000 --max-model-len 1024 --enable-lora --max-lora-rank 8 \\
-        --enforce-eager --dtype float32 --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
+        --enforce-eager --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
 
-   The last line is for a CPU (fp32 like the trainer; --gpu-memory-utilization is
+   The last line is for a CPU (its dtype is the CPU's, as the trainer's is; --gpu-memory-utilization is
    the share of RAM to reserve; --no-enable-chunked-prefill avoids a crash of vLLM's
    CPU backend when a seeded request's prompt is split). Leave it out on a GPU.
    Serve the model you train.

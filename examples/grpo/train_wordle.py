@@ -16,9 +16,9 @@ instruct model (e.g. --model Qwen/Qwen2.5-1.5B-Instruct on a GPU, and serve it).
     vf-install wordle
     MODEL=$(vf-models smollm2 | tail -n1)      # SmolLM2 as a local folder, built once
     vf-vllm --model "$MODEL" --port 8000 --max-model-len 2048 --enable-lora --max-lora-rank 8 \\
-        --enforce-eager --dtype float32 --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
+        --enforce-eager --gpu-memory-utilization 0.25 --no-enable-chunked-prefill
 
-   The last line is for a CPU (fp32 like the trainer; --gpu-memory-utilization is
+   The last line is for a CPU (its dtype is the CPU's, as the trainer's is; --gpu-memory-utilization is
    the share of RAM to reserve; --no-enable-chunked-prefill avoids a crash of vLLM's
    CPU backend when a seeded request's prompt is split). Leave it out on a GPU.
    Serve the model you train.
@@ -35,7 +35,7 @@ Qwen2.5-1.5B-Instruct with one GPU serving and one training:
 and on a CPU with SmolLM2 and this script's batch sizes:
 
     vf-rl @ configs/vf-rl/wordle.toml --model smollm2 \\
-        --inference.gpus 0 --inference.args.enforce_eager true --inference.args.dtype float32 \\
+        --inference.gpus 0 --inference.args.enforce_eager true \\
         --inference.args.gpu_memory_utilization 0.25 \\
         --inference.args.no_enable_chunked_prefill true --trainer.gpus 0 \\
         --trainer.args.rollouts_per_example 8 --trainer.args.micro_batch_size 8 --trainer.args.batch_size 32

@@ -54,13 +54,35 @@ def test_dry_run_prints_the_commands(config_file, capsys):
     assert out[3] == (
         f"trainer: CUDA_VISIBLE_DEVICES= {py} -m verifiers.cli.train @ {config_file} --trainer.args.max_steps 5"
     )
-    assert out[4] == "supervise: restart the server up to 3 time(s) if it dies during training"
+    assert out[4] == (
+        "supervise: restart the server up to 3 time(s) if it dies, answers nothing for 60 s, or makes no "
+        "engine progress for 120 s with requests waiting during training"
+    )
+    assert out[5] == (
+        "supervise: restart the trainer up to 3 time(s) from its newest good checkpoint if it dies, a rank "
+        "stops beating for 30 s, or makes no training progress for 1860 s"
+    )
 
 
 def test_dry_run_shows_the_restart_setting(config_file, capsys):
-    assert rl_cli.main(["@", str(config_file), "--dry-run", "--inference.max_restarts", "0"]) == 0
-    last = capsys.readouterr().out.splitlines()[-1]
-    assert last == "supervise: stop the run if the server dies during training (inference.max_restarts = 0)"
+    argv = [
+        "@",
+        str(config_file),
+        "--dry-run",
+        "--inference.max_restarts",
+        "0",
+        "--inference.hang_timeout_s",
+        "0",
+    ]
+    assert rl_cli.main([*argv, "--trainer.max_restarts", "0", "--trainer.hang_timeout_s", "0"]) == 0
+    server, trainer = capsys.readouterr().out.splitlines()[-2:]
+    assert server == (
+        "supervise: stop the run if the server dies or makes no engine progress for 120 s with requests "
+        "waiting during training (inference.max_restarts = 0)"
+    )
+    assert trainer == (
+        "supervise: stop the run if the trainer dies or a rank stops beating for 30 s (trainer.max_restarts = 0)"
+    )
     rc = rl_cli.main(["@", str(config_file), "--dry-run", "--inference.max_restarts", "-2"])
     assert one_error(capsys, rc) == (
         "error: inference.max_restarts = -2 must be >= 0 "

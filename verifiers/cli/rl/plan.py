@@ -118,13 +118,44 @@ class Plan:
         lines.append(f"inference: {self.server.shown()}")
         lines.append(f"wait: {c.inference.url}/health, then /v1/models (up to {self.timeout:.0f} s)")
         lines.append(f"trainer: {self.trainer.shown()}")
-        restarts = c.inference.max_restarts
-        lines.append(
-            f"supervise: restart the server up to {restarts} time(s) if it dies during training"
-            if restarts
-            else "supervise: stop the run if the server dies during training (inference.max_restarts = 0)"
-        )
+        lines += supervise_lines(c)
         return "\n".join(lines)
+
+
+def supervise_lines(c: RunConfig) -> list[str]:
+    """What vf-rl watches for on each side and what it then does (launcher, server_watch, trainer_watch)."""
+    from verifiers.cli.rl.trainer_watch import LIVE_BOUND_S, hang_bound
+
+    inf, tr = c.inference, c.trainer
+    hangs = [
+        f"answers nothing for {inf.hang_timeout_s:g} s" if inf.hang_timeout_s else "",
+        f"makes no engine progress for {inf.progress_timeout_s:g} s with requests waiting"
+        if inf.progress_timeout_s
+        else "",
+    ]
+    parts = ["dies", *filter(None, hangs)]
+    server_when = (
+        ", ".join(parts[:-1]) + (", or " if len(parts) > 2 else " or ") + parts[-1]
+        if len(parts) > 1
+        else "dies"
+    )
+    server = (
+        f"supervise: restart the server up to {inf.max_restarts} time(s) if it {server_when} during training"
+        if inf.max_restarts
+        else f"supervise: stop the run if the server {server_when} during training (inference.max_restarts = 0)"
+    )
+    bound = hang_bound(c)
+    stops = f"a rank stops beating for {LIVE_BOUND_S:g} s"
+    trainer_when = (
+        f"dies, {stops}, or makes no training progress for {bound:g} s" if bound else f"dies or {stops}"
+    )
+    trainer = (
+        f"supervise: restart the trainer up to {tr.max_restarts} time(s) from its newest good checkpoint "
+        f"if it {trainer_when}"
+        if tr.max_restarts
+        else f"supervise: stop the run if the trainer {trainer_when} (trainer.max_restarts = 0)"
+    )
+    return [server, trainer]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
