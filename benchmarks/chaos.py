@@ -213,6 +213,35 @@ def stop_bound(kind: str, step_s: float) -> float:
     return TRAINER_LIVE_S + 20  # stop_trainer, stop_rank: the live beat
 
 
+# vf-rl's own waits after it notices and before its line (launcher.STOP_GRACE_S: the rest of a
+# process group ending; then up to 5 s for the child's log to be copied out) and the liveness
+# thread's period (heartbeat.LIVE_BEAT_S): part of the stated bounds below.
+GROUP_END_S = 10.0 + 5.0
+LIVE_BEAT_S = 2.0
+
+
+def detect_bound(kind: str, step_s: float) -> float | None:
+    """The longest a fault may go unnoticed, from its injection to vf-rl's line, as docs/vf-rl.md
+    states it; None where detection is not a bound of vf-rl's (a full disk is found when the
+    trainer next writes a checkpoint, up to ``save_steps`` steps later; a server stopped while
+    (re)starting is only covered by its start-up timeout)."""
+    exit_seen = 0.5  # the launcher polls both children every 0.5 s
+    if kind in ("kill_server", "kill_engine"):
+        # The API process exits (for the engine: once vLLM's monitor sees its engine gone), then
+        # the rest of the group is ended before the line.
+        return exit_seen + GROUP_END_S + (GROUP_END_S if kind == "kill_engine" else 0)
+    if kind in ("kill_trainer", "kill_rank", "truncate_checkpoint"):
+        return exit_seen + GROUP_END_S
+    if kind == "stop_server":
+        return SERVER_ANSWER_S + 2 * PROBE_S + GROUP_END_S
+    if kind == "stop_engine":
+        # Found only while requests are pending: the trainer may be in a training phase (up to a step).
+        return SERVER_PROGRESS_S + 2 * PROBE_S + GROUP_END_S + step_s
+    if kind in ("stop_trainer", "stop_rank"):
+        return TRAINER_LIVE_S + LIVE_BEAT_S + exit_seen + GROUP_END_S
+    return None
+
+
 def steps_for(minutes: float, step_s: float) -> int:
     """Steps a fault-free run trains in ``minutes`` at ``step_s`` a step (at least 2 checkpoints' worth)."""
     return max(3 * SAVE_STEPS, math.ceil(minutes * 60 / step_s))
@@ -387,21 +416,33 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def format_table(faults: Sequence[Fault]) -> str:
+def within_bounds(faults: Sequence[Fault], step_s: float) -> tuple[int, int]:
+    """(detections within their stated bound, detections that have a bound)."""
+    judged = [
+        (d, b)
+        for f in faults
+        if (d := f.detect_after()) is not None and (b := detect_bound(f.kind, step_s)) is not None
+    ]
+    return sum(1 for d, b in judged if d <= b), len(judged)
+
+
+def format_table(faults: Sequence[Fault], step_s: float = STEP_S) -> str:
     """The markdown table: one row per fault in the schedule (skipped ones say why)."""
     rows = [
-        "| # | fault | when (s) | target | detected after (s) | recovered after (s) | steps redone |",
-        "|---|---|---|---|---|---|---|",
+        "| # | fault | when (s) | target | detected after (s) | bound (s) | recovered after (s) | steps redone |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, f in enumerate(faults, 1):
         if f.injected_s is None:
-            rows.append(f"| {i} | {f.kind} | - | not injected: {f.skipped} | - | - | - |")
+            rows.append(f"| {i} | {f.kind} | - | not injected: {f.skipped} | - | - | - | - |")
             continue
         target = f"{f.target} (pid {f.pid})" if f.pid else f.target
         redone = ",".join(map(str, f.redone)) if f.redone else "0"
         detected = _cell(f.detect_after()) + (f" ({f.detected_by})" if f.detected_by else "")
+        bound = _cell(detect_bound(f.kind, step_s))
         rows.append(
-            f"| {i} | {f.kind} | {f.injected_s:.0f} | {target} | {detected} | {_cell(f.recover_after())} | {redone} |"
+            f"| {i} | {f.kind} | {f.injected_s:.0f} | {target} | {detected} | {bound} | "
+            f"{_cell(f.recover_after())} | {redone} |"
         )
     return "\n".join(rows)
 
@@ -1000,14 +1041,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "median_step_s": median_step,
         "faults": [dataclasses.asdict(f) for f in faults],
         "comparison": result,
+        "detections_within_bounds": dict(zip(("within", "judged"), within_bounds(faults, args.step_s))),
         "notes": record["notes"],
         "closing": line,
     }  # fmt: skip
     (out / "chaos.json").write_text(json.dumps(summary, indent=2, default=str))
     plot(record, reference, faults, out / "chaos.png", f"vf-rl under faults, seed {args.seed}, {steps} steps")
-    table = format_table(faults)
+    table = format_table(faults, args.step_s)
     (out / "chaos.md").write_text(table + "\n")
     print(table)
+    inside, judged = within_bounds(faults, args.step_s)
+    print(
+        f"detections within their stated bound: {inside} of {judged} (docs/vf-rl.md; '-': no bound of vf-rl's)"
+    )
     print(
         f"vf-rl exit {record['exit']} after {record['seconds']:.0f} s; median step {median_step or float('nan'):.1f} s (reference)"
     )

@@ -174,14 +174,27 @@ def test_the_closing_line_and_the_table(bench):
     assert bench.closing_line([], 0, False) == (
         "faults=0 survived=0 lost_steps=0 max_detect_s=0 max_recover_s=0 exact=0"
     )
-    table = bench.format_table([a, b, c, d]).splitlines()
-    assert table[0].startswith("| # | fault | when (s) | target | detected after (s) | recovered after (s)")
+    table = bench.format_table([a, b, c, d], step_s=20).splitlines()
+    assert table[0].startswith("| # | fault | when (s) | target | detected after (s) | bound (s) | recovered")
     assert (
         table[3]
-        == "| 2 | stop_trainer | 230 | rank 0 (pid 12) | 31 (hang, resumed from checkpoint-8) | 90 | 9,10 |"
+        == "| 2 | stop_trainer | 230 | rank 0 (pid 12) | 31 (hang, resumed from checkpoint-8) | 48 | 90 | 9,10 |"
     )
-    assert table[4] == "| 3 | stop_engine | 330 | engine (pid 13) | - | - | 0 |"
-    assert table[5] == "| 4 | full_disk | - | not injected: the run had ended | - | - | - |"
+    assert table[4] == "| 3 | stop_engine | 330 | engine (pid 13) | - | 85 | - | 0 |"
+    assert table[5] == "| 4 | full_disk | - | not injected: the run had ended | - | - | - | - |"
+
+
+def test_each_detection_is_judged_against_its_stated_bound(bench):
+    # The bounds follow the settings the TOML gives vf-rl: a longer hang timeout, a longer bound.
+    assert (
+        bench.detect_bound("stop_server", 20) == bench.SERVER_ANSWER_S + 2 * bench.PROBE_S + bench.GROUP_END_S
+    )
+    assert bench.detect_bound("stop_engine", 30) - bench.detect_bound("stop_engine", 20) == 10
+    assert bench.detect_bound("full_disk", 20) is None  # found at the next checkpoint write
+    fast = bench.Fault("kill_trainer", 1, injected_s=10.0, detected_s=11.0)
+    slow = bench.Fault("stop_server", 1, injected_s=10.0, detected_s=10.0 + 46)
+    disk = bench.Fault("full_disk", 1, injected_s=10.0, detected_s=300.0)
+    assert bench.within_bounds([fast, slow, disk], 20) == (1, 2)
 
 
 def test_faults_are_attributed_from_the_timed_lines(bench):
