@@ -147,7 +147,7 @@ def nccl_sync_client_protocol():
     """Our sync client (nccl_update.py) answers every call of vLLM's VLLMWeightSyncClient protocol."""
     from vllm.distributed.weight_transfer.base import VLLMWeightSyncClient
 
-    from verifiers.inference.nccl_update import _NcclControl as _SyncClient
+    from verifiers.inference.client.nccl_update import _NcclControl as _SyncClient
 
     theirs = {n for n, v in vars(VLLMWeightSyncClient).items() if callable(v) and not n.startswith("_")}
     for name in sorted(theirs):
@@ -228,7 +228,7 @@ def worker_extension_mixes_in():
     from vllm.v1.worker.cpu_worker import CPUWorker
     from vllm.v1.worker.gpu_worker import Worker
 
-    from verifiers.inference.worker import WeightSyncExtension
+    from verifiers.inference.server.worker import WeightSyncExtension
 
     for worker in (Worker, CPUWorker):
         clashes = [a for a in dir(WeightSyncExtension) if not a.startswith("__") and hasattr(worker, a)]
@@ -268,7 +268,7 @@ def lora_swap():
 
 @check
 def serving_api_resolves():
-    from verifiers.inference.vllm_version import _SERVING, resolve
+    from verifiers.inference.server.vllm_version import _SERVING, resolve
 
     for name, modules in _SERVING.items():
         if name == "configure_logging_from_args" and not hasattr(
@@ -281,7 +281,7 @@ def serving_api_resolves():
 @check
 def serving_api_signatures():
     """The arguments verifiers/cli/vllm.py (main, run_server) passes to each part."""
-    from verifiers.inference.vllm_version import serving_api
+    from verifiers.inference.server.vllm_version import serving_api
 
     api, a = serving_api(), object()
     accepts(api.cli_env_setup)
@@ -302,7 +302,7 @@ def serving_api_signatures():
 @check
 def vf_vllm_parser():
     """vf-vllm's parser on this release's make_arg_parser: our flags, and every vLLM flag we read."""
-    from verifiers.cli.vllm import build_parser
+    from verifiers.inference.server.main import build_parser
 
     gpu_platform()
     args = build_parser().parse_args(["--model", "/m"])
@@ -362,7 +362,7 @@ def cli_helpers():
     accepts(AsyncEngineArgs.from_cli_args, object())
     accepts(AsyncEngineArgs.create_model_config, object())
     assert UsageContext.OPENAI_API_SERVER
-    assert resolve_obj_by_qualname("verifiers.inference.worker.WeightSyncExtension")
+    assert resolve_obj_by_qualname("verifiers.inference.server.worker.WeightSyncExtension")
     accepts(decorate_logs, "APIServer", skip_if_decorated=True)
     assert isinstance(envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE, int)
     for name in ("is_cuda_alike", "is_cpu", "device_type"):

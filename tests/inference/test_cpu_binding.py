@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from verifiers.inference.cpu_binding import all_cores_binding, bind_all_cores, one_cpu_per_core
+from verifiers.inference.server.cpu_binding import all_cores_binding, bind_all_cores, one_cpu_per_core
 
 
 def fake_sys(tmp_path, cores: dict[int, tuple[int, int]], nodes: int = 1):
@@ -40,8 +40,8 @@ def test_binding_is_left_to_the_user_or_to_vllm_when_it_should_be(tmp_path, monk
 
 def test_bind_all_cores_sets_the_variable_and_says_so(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
-    monkeypatch.setattr("verifiers.inference.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
-    monkeypatch.setattr("verifiers.inference.cpu_binding.numa_nodes", lambda *_: 1)
+    monkeypatch.setattr("verifiers.inference.server.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
+    monkeypatch.setattr("verifiers.inference.server.cpu_binding.numa_nodes", lambda *_: 1)
     env: dict[str, str] = {}
     line = bind_all_cores(1, env)
     assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"} and "cores 0,1" in line

@@ -343,7 +343,7 @@ class Launcher:
                 print(message, flush=True)
 
     def _start(self, side: Side) -> None:
-        from verifiers.inference.parent_watch import launcher_env
+        from verifiers.inference.server.parent_watch import launcher_env
 
         with self.start_lock:
             if self.stopping.is_set():

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from verifiers.errors import GenerationError, ServerUnreachableError, StopRequested
+from verifiers.inference.client.recovery import ServerRecovery
 from verifiers.training.generation.cpu_phases import choose_phases
 from verifiers.training.generation.producer import (
     GeneratedBatch,
@@ -44,7 +45,7 @@ from verifiers.training.generation.producer import (
     sampling_args_from_config,
 )
 from verifiers.training.generation.queue import BatchQueue
-from verifiers.training.weights.recovery import Resync, ServerRecovery
+from verifiers.training.weights.recovery import Resync
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.generation.generator")
