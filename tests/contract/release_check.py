@@ -8,7 +8,7 @@ the reason it failed.
 
 What each check drives is the release's code: its dataclasses are constructed with the keywords we
 pass, its functions' and methods' signatures bound with the arguments we pass (``inspect``), its
-serving-model registry built and its LoRA bookkeeping used as server.py's ``swap_lora`` does, and
+serving-model registry built and its LoRA bookkeeping used as server/routes.py's ``_swap_lora`` does, and
 vf-vllm's argument parser built on its ``make_arg_parser``. Stand-ins, only where a GPU or a missing
 optional package is needed: an engine client (attributes only) for ``OpenAIServingModels``, and
 ``ray`` for 0.26's IPC engine when ray is not installed (our ``vllm`` extra installs it on GPU).
@@ -91,7 +91,7 @@ def gpu_platform() -> None:
     PLATFORM = "vllm.platforms.cuda.CudaPlatform"
 
 
-# -- weight transfer: what verifiers/inference/transport.py (NcclWeightSender) and server.py use -------
+# -- weight transfer: what verifiers/inference/transport.py (NcclWeightSender) and server/routes.py use -------
 
 
 @check
@@ -106,10 +106,10 @@ def weight_transfer_base():
     meta = ParamMeta("w", torch.float32, (2, 3))  # transport.py builds it positionally
     assert (meta.name, meta.dtype, tuple(meta.shape)) == ("w", torch.float32, (2, 3))
     assert inspect.isclass(WeightSource)
-    assert WeightTransferInitRequest(init_info={"a": 1}).init_info == {"a": 1}  # server.py nccl_init
+    assert WeightTransferInitRequest(init_info={"a": 1}).init_info == {"a": 1}  # server/routes.py nccl_init
     assert WeightTransferUpdateRequest(update_info={"names": []}).update_info == {
         "names": []
-    }  # server.py nccl
+    }  # server/routes.py nccl
 
 
 def _engine_api() -> bool:
@@ -183,7 +183,7 @@ def nccl_sender_source():
 
 @check
 def ipc_engine_imports():
-    """vf-vllm --weight-transfer ipc: cli/vllm.py's ipc_missing() imports it."""
+    """vf-vllm --weight-transfer ipc: inference/server/main.py's ipc_missing() imports it."""
     importlib.import_module("vllm.distributed.weight_transfer.ipc_engine")
 
 
@@ -197,9 +197,9 @@ def worker_update_entry_points():
 
     w = object()
     accepts(method(Worker, "init_weight_transfer_engine"), w, {})
-    accepts(method(Worker, "start_weight_update"), w)  # server.py: st.rpc("start_weight_update")
+    accepts(method(Worker, "start_weight_update"), w)  # server/routes.py: st.rpc("start_weight_update")
     accepts(method(Worker, "update_weights"), w, {})  # worker.py vf_receive_ipc: self.update_weights(info)
-    accepts(method(Worker, "finish_weight_update"), w)  # server.py commit, worker.py rollback
+    accepts(method(Worker, "finish_weight_update"), w)  # server/routes.py commit, worker.py rollback
     accepts(method(Worker, "reload_weights"), w, weights_iterator=None, is_checkpoint_format=True)
     # Worker.reload_weights passes its arguments on to the model runner's.
     accepts(method(GPUModelRunner, "reload_weights"), w, weights_iterator=None, is_checkpoint_format=True)
@@ -235,7 +235,7 @@ def worker_extension_mixes_in():
         assert not clashes, f"{worker.__name__} already has {clashes}"
 
 
-# -- LoRA: server.py swap_lora / _load_lora ---------------------------------------------------------------
+# -- LoRA: server/routes.py _swap_lora / _load_lora ---------------------------------------------------------------
 
 
 @check
@@ -263,7 +263,7 @@ def lora_swap():
     assert asyncio.run(load()) == asyncio.run(load())  # a reload keeps the adapter's id
 
 
-# -- the serving API: vllm_version.serving_api and the AsyncLLM calls of server.py / server_state.py -------
+# -- the serving API: vllm_version.serving_api and the AsyncLLM calls of server/routes.py / server/state.py -------
 
 
 @check
@@ -280,7 +280,7 @@ def serving_api_resolves():
 
 @check
 def serving_api_signatures():
-    """The arguments verifiers/cli/vllm.py (main, run_server) passes to each part."""
+    """The arguments verifiers/inference/server/main.py (main, run_server) passes to each part."""
     from verifiers.inference.server.vllm_version import serving_api
 
     api, a = serving_api(), object()
@@ -306,7 +306,7 @@ def vf_vllm_parser():
 
     gpu_platform()
     args = build_parser().parse_args(["--model", "/m"])
-    # Every attribute of vLLM's namespace that cli/vllm.py and inference/ read (model_tag, headless
+    # Every attribute of vLLM's namespace that inference/server/main.py and inference/ read (model_tag, headless
     # and grpc only through getattr with a default).
     read = "admin_token api_server_count chat_template data_parallel_size disable_uvicorn_access_log"
     read += " enable_auto_tool_choice enable_chunked_prefill enable_ssl_refresh h11_max_header_count"
@@ -350,7 +350,7 @@ def async_llm_calls():
 
 @check
 def cli_helpers():
-    """The other vLLM calls of verifiers/cli/vllm.py."""
+    """The other vLLM calls of verifiers/inference/server/main.py."""
     import vllm.envs as envs
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.platforms import current_platform

@@ -12,10 +12,10 @@ One update: ``begin`` (validation, pause, vLLM's ``start_weight_update``) ->
 ``max_file_bytes``) -> ``commit``. The handles are
 what ``torch.multiprocessing.reductions.reduce_tensor`` gives (the arguments of
 ``rebuild_cuda_tensor``), keyed by the GPU's UUID as vLLM's receiver expects,
-and JSON-encoded by :func:`verifiers.inference.ipc_handles.encode_handles` (bytes as base64, dtypes and the two
-classes by name). vLLM's own HTTP client pickles them instead, which its worker
+and JSON-encoded (verifiers/inference/ipc_handles.py: bytes as base64, dtypes and the
+two classes by name). vLLM's own HTTP client pickles them instead, which its worker
 only reads with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; the worker extension
-decodes these with :func:`~verifiers.inference.ipc_handles.decode_handles` (an allow-list, no pickle) and calls
+decodes these (an allow-list, no pickle) and calls
 vLLM's ``update_weights`` with the plain tuples, which vLLM 0.26 and newer accept
 unchanged (unpacked mode, the engines' default).
 

@@ -35,6 +35,7 @@ from verifiers.inference.client.vllm_client import is_server_lost
 from verifiers.utils.backoff import Backoff, async_poll_until
 from verifiers.utils.logging import warn_once
 
+# The name its lines have always been logged under.
 logger = logging.getLogger("verifiers.training.weights.recovery")
 
 T = TypeVar("T")

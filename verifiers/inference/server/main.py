@@ -462,7 +462,7 @@ async def run_server(args, settings, ipc_dir: str | None = None) -> None:
             app = build_app(args, tasks, engine.model_config)
             state = attach(app, engine, settings, device=current_platform.device_type)
             await state.probe_devices()  # the workers' GPU UUIDs, for the trainer's ipc/nccl choice
-            # Files vLLM made (server_files.py): cleanup or the resource tracker removes them, or,
+            # Files vLLM made (files.py): cleanup or the resource tracker removes them, or,
             # after a SIGKILL, the next start. The engine and its workers are up by now.
             note_leftovers(ipc_dir, [*await state.note_rendezvous_files(), *shared_memory_of_this_server()])
             await init_app_state(engine, app.state, args, tasks)

@@ -1,8 +1,12 @@
 """The trainer routes vf-vllm adds to vLLM's OpenAI server (``/vf/...``).
 
-``vf-vllm`` (verifiers/cli/vllm.py) builds vLLM's app exactly as ``vllm serve``
+``vf-vllm`` (verifiers/inference/server/main.py) builds vLLM's app exactly as ``vllm serve``
 does and calls :func:`attach` before serving, so every vLLM route and flag works
 unchanged and generation routes keep vLLM's ``--api-key`` check.
+
+Each route is one module-level function, listed with its method and path in :data:`ROUTES`;
+they share one object, the server's :class:`~verifiers.inference.server.state.State` at
+``app.state.vf`` (``_state(request)``), and nothing else.
 
 Routes (JSON; errors are ``{"error": {"message", "type", "stage"}}`` with a 4xx/5xx)
 ----------------------------------------------------------------------------------
@@ -110,6 +114,7 @@ from verifiers.inference.server.state import (
 from verifiers.inference.server.worker import read_safetensors_headers, validate_params
 from verifiers.utils import owned_files
 
+# The name its lines have always been logged under (log readers match it).
 logger = logging.getLogger("verifiers.inference.server")
 
 __all__ = ["ROUTES", "attach", "build_router", "cleanup"]

@@ -14,7 +14,7 @@ Faults the generator rides out, each counted in the batch's metrics and logged o
   from the same prompts (the prompt cursor is rewound), up to ``max_retries``
   times (``errors/generation_timeout``); then it is an error.
 - A server that stops answering (rollouts fail with ``ServerUnreachableError``):
-  the batch is dropped and rewound, and ``ServerRecovery`` (weights/recovery.py) waits
+  the batch is dropped and rewound, and ``ServerRecovery`` (inference/client/recovery.py) waits
   for the server and for the trainer's weight re-sync, which the trainer sees as
   ``get(i, resync=True)`` returning a ``Resync``; then the batch is generated
   again (``errors/server_restarts``).

@@ -17,7 +17,7 @@ import pytest
 from verifiers.inference.server import parent_watch
 from verifiers.inference.server.parent_watch import still_running
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # A parent that starts a spawned child (as vLLM starts its engine core), prints the child's pid
 # and waits. The child runs the plugin hook, as vLLM does in each of its processes, and sleeps.

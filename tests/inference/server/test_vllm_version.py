@@ -103,7 +103,7 @@ def test_setup_py_ranges_match_the_runtime_check(monkeypatch):
 
     captured = {}
     monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     monkeypatch.chdir(root)
     runpy.run_path(str(root / "setup.py"))
     extras = captured["extras_require"]
