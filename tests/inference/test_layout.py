@@ -56,7 +56,9 @@ def test_server_and_client_never_import_each_other():
         if (_under(i.importer, SERVER) and _under(i.imported, CLIENT))
         or (_under(i.importer, CLIENT) and _under(i.imported, SERVER))
     ]
-    assert not crossing, "put what both sides need in verifiers/inference/ itself:\n  " + "\n  ".join(crossing)
+    assert not crossing, "put what both sides need in verifiers/inference/ itself:\n  " + "\n  ".join(
+        crossing
+    )
 
 
 def test_inference_imports_no_training_and_no_cli():
@@ -74,10 +76,16 @@ def test_each_route_is_one_module_level_function():
     source = PACKAGE / "inference" / "server" / "routes.py"
     tree = ast.parse(source.read_text(encoding="utf-8"))
     build = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build_router")
-    nested = [n.name for n in ast.walk(build) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not build]
+    nested = [
+        n.name
+        for n in ast.walk(build)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not build
+    ]
     assert not nested, f"handlers nested in build_router: {nested}"
     top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    table = next(n for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "ROUTES")
+    table = next(
+        n for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "ROUTES"
+    )
     handlers = [e.elts[2].id for e in table.value.elts]
     assert len(handlers) == len(set(handlers)) == 20 and set(handlers) <= top
 
@@ -95,12 +103,24 @@ def test_the_0_2_inference_paths_still_import():
     for path in old:
         assert importlib.import_module(path) is importlib.import_module(MOVED[path]), path
     # a --worker-extension-cls of 0.2 names the same class, so vf-vllm's subclass check passes
-    assert importlib.import_module("verifiers.inference.worker").WeightSyncExtension is worker.WeightSyncExtension
+    assert (
+        importlib.import_module("verifiers.inference.worker").WeightSyncExtension
+        is worker.WeightSyncExtension
+    )
     from verifiers.inference.client import ADMIN_HEADER, VLLMClient, is_server_lost
     from verifiers.inference.client.vllm_client import VLLMClient as moved
     from verifiers.inference.server import ADMIN_HEADER as server_header
-    from verifiers.inference.server import RouteError, Settings, State, Update, attach, build_router, check_admin
-    from verifiers.inference.server import cleanup, is_loopback
+    from verifiers.inference.server import (
+        RouteError,
+        Settings,
+        State,
+        Update,
+        attach,
+        build_router,
+        check_admin,
+        cleanup,
+        is_loopback,
+    )
 
     assert VLLMClient is moved and callable(is_server_lost) and ADMIN_HEADER == server_header
     assert all((RouteError, Settings, State, Update, attach, build_router, check_admin, cleanup, is_loopback))
