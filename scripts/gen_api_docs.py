@@ -141,7 +141,7 @@ PAGES: dict[str, tuple[str, str, list[str]]] = {
             "verifiers.models:get_model_and_tokenizer",
             "verifiers.models:smollm2_dir",
             "verifiers.models:build_tiny_model",
-            "verifiers.inference.client:VLLMClient",
+            "verifiers.inference.client.vllm_client:VLLMClient",
         ],
     ),
 }

@@ -91,7 +91,7 @@ DATASETS_DEPS = (
 PROBE = (
     "vllm", "vllm.entrypoints.openai.api_server", "vllm.v1.engine.core", "vllm.v1.worker.gpu_worker",
     "vllm.distributed.weight_transfer.ipc_engine", "vllm.lora.worker_manager", "vllm.vllm_flash_attn",
-    "verifiers.cli.vllm", "verifiers.cli.train", "verifiers.inference.server", "peft", "datasets", "arithmetic",
+    "verifiers.cli.vllm", "verifiers.cli.train", "verifiers.inference.server.routes", "peft", "datasets", "arithmetic",
 )  # fmt: skip
 RAY_STUB = '"""An empty ray: vLLM 0.26\'s IPC weight-transfer engine imports it and uses none of it."""\n'
 

@@ -739,7 +739,7 @@ def _meets(alt: tuple) -> str | None:
     kind = alt[0]
     try:
         if kind == "serving_api":
-            from verifiers.inference.vllm_version import serving_api
+            from verifiers.inference.server.vllm_version import serving_api
 
             serving_api()
         elif kind == "import":
@@ -778,7 +778,7 @@ def vllm_api_problems() -> tuple[list[str], list[str]]:
 @check("vllm_api_surface", needs=("vllm",))
 def vllm_api_surface(ctx: Context) -> str:
     """Every vLLM module, class, method and parameter verifiers uses is in the installed vLLM (no CUDA needed)."""
-    from verifiers.inference.vllm_version import installed_vllm
+    from verifiers.inference.server.vllm_version import installed_vllm
 
     required, optional = vllm_api_problems()
     found = installed_vllm()
@@ -1044,7 +1044,7 @@ def _health(port: int) -> dict[str, Any]:
 @check("vllm_learns", cuda=True, needs=("vllm", "peft"))
 def vllm_learns(ctx: Context) -> str:
     """SmolLM2 learns arithmetic through one vf-vllm (CUDA graphs), 12 steps per sync mode; ratio, gain, commits."""
-    from verifiers.inference.parent_watch import launcher_env
+    from verifiers.inference.server.parent_watch import launcher_env
 
     model = str(learn_model(ctx))
     modes = learn_modes(ctx.learn_modes)
@@ -1206,8 +1206,8 @@ def vllm_killed_server_frees_gpu(ctx: Context) -> str:
     import psutil  # a vLLM dependency
     import torch
 
-    from verifiers.inference.parent_watch import still_running
-    from verifiers.inference.server_files import remove_abandoned_ipc_dirs
+    from verifiers.inference.server.files import remove_abandoned_ipc_dirs
+    from verifiers.inference.server.parent_watch import still_running
     from verifiers.utils.backoff import Backoff, poll_until
 
     port = _free_port()
@@ -1396,7 +1396,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _vllm_version() -> str:
-    from verifiers.inference.vllm_version import installed_vllm
+    from verifiers.inference.server.vllm_version import installed_vllm
 
     found = installed_vllm()
     return f"{found[1]} ({found[0]})" if found else "not installed"

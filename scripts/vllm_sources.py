@@ -24,7 +24,7 @@ import time
 import zipfile
 from pathlib import Path
 
-#: The newest patch of each minor CUDA vLLM in setup.py's range (verifiers/inference/vllm_version.py
+#: The newest patch of each minor CUDA vLLM in setup.py's range (verifiers/inference/server/vllm_version.py
 #: RANGES["vllm"]); tests/contract/test_sources.py keeps the two in step.
 RELEASES = ("0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 ROOT_ENV = "VF_VLLM_SRC_DIR"

@@ -648,7 +648,7 @@ def test_client_errors_are_typed_one_liners(admin_server):
     import torch
 
     from verifiers.errors import WeightSyncError
-    from verifiers.inference.client import VLLMClient
+    from verifiers.inference.client.vllm_client import VLLMClient
 
     for token, tensors, stage, problem, fix in (
         (None, {"model.norm.weight": torch.ones(64)}, "auth", r"X-VF-Admin-Token", r"pass admin_token="),

@@ -230,8 +230,8 @@ def test_lora_runs_must_raise_the_reward_and_full_runs_need_not(gc):
 
 def server_lines():
     """The two INFO lines a run's syncs leave in vf-vllm's log, formatted by the server's own code."""
-    state = (ROOT / "verifiers/inference/server_state.py").read_text()
-    server = (ROOT / "verifiers/inference/server.py").read_text()
+    state = (ROOT / "verifiers/inference/server/state.py").read_text()
+    server = (ROOT / "verifiers/inference/server/routes.py").read_text()
     assert 'logger.info("weight update %s (v%d) %s", u.update_id, u.version, reason)' in state
     assert 'logger.info("adapter %s (v%d) loaded in %.2f s", name, st.lora_versions[name], seconds)' in server
     head = "12:00:01 INFO verifiers.inference.server: "

@@ -95,7 +95,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "RLConfig": ("verifiers.training", "train"),
     "RLTrainer": ("verifiers.training", "train"),
     "MathRubric": ("verifiers.rubrics.math_rubric", "envs"),
-    "VLLMClient": ("verifiers.inference.client", "train"),
+    "VLLMClient": ("verifiers.inference.client.vllm_client", "train"),
 }
 
 
@@ -192,7 +192,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from verifiers.inference.client import VLLMClient  # noqa: F401
+    from verifiers.inference.client.vllm_client import VLLMClient  # noqa: F401
     from verifiers.models import get_model, get_model_and_tokenizer, get_tokenizer  # noqa: F401
     from verifiers.rubrics.math_rubric import MathRubric  # noqa: F401
     from verifiers.training import (  # noqa: F401

@@ -124,11 +124,11 @@ def test_generate_inputs_example_ids_reach_the_states_and_outputs():
 def test_vllm_client_0_1_4_arguments():
     from tests.doubles.vllm_server import free_port
     from verifiers.errors import ServerUnreachableError
-    from verifiers.inference.client import VLLMClient
+    from verifiers.inference.client.vllm_client import VLLMClient
 
     # group_port: the NCCL group's port when the sync goes over NCCL (a free one when not given)
     seen = []
-    import verifiers.inference.nccl_update as nccl_update
+    import verifiers.inference.client.nccl_update as nccl_update
 
     class Channel:
         def __init__(self, client, address, port):

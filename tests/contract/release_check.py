@@ -8,7 +8,7 @@ the reason it failed.
 
 What each check drives is the release's code: its dataclasses are constructed with the keywords we
 pass, its functions' and methods' signatures bound with the arguments we pass (``inspect``), its
-serving-model registry built and its LoRA bookkeeping used as server.py's ``swap_lora`` does, and
+serving-model registry built and its LoRA bookkeeping used as server/routes.py's ``_swap_lora`` does, and
 vf-vllm's argument parser built on its ``make_arg_parser``. Stand-ins, only where a GPU or a missing
 optional package is needed: an engine client (attributes only) for ``OpenAIServingModels``, and
 ``ray`` for 0.26's IPC engine when ray is not installed (our ``vllm`` extra installs it on GPU).
@@ -91,7 +91,7 @@ def gpu_platform() -> None:
     PLATFORM = "vllm.platforms.cuda.CudaPlatform"
 
 
-# -- weight transfer: what verifiers/inference/transport.py (NcclWeightSender) and server.py use -------
+# -- weight transfer: what verifiers/inference/transport.py (NcclWeightSender) and server/routes.py use -------
 
 
 @check
@@ -106,10 +106,10 @@ def weight_transfer_base():
     meta = ParamMeta("w", torch.float32, (2, 3))  # transport.py builds it positionally
     assert (meta.name, meta.dtype, tuple(meta.shape)) == ("w", torch.float32, (2, 3))
     assert inspect.isclass(WeightSource)
-    assert WeightTransferInitRequest(init_info={"a": 1}).init_info == {"a": 1}  # server.py nccl_init
+    assert WeightTransferInitRequest(init_info={"a": 1}).init_info == {"a": 1}  # server/routes.py nccl_init
     assert WeightTransferUpdateRequest(update_info={"names": []}).update_info == {
         "names": []
-    }  # server.py nccl
+    }  # server/routes.py nccl
 
 
 def _engine_api() -> bool:
@@ -147,7 +147,7 @@ def nccl_sync_client_protocol():
     """Our sync client (nccl_update.py) answers every call of vLLM's VLLMWeightSyncClient protocol."""
     from vllm.distributed.weight_transfer.base import VLLMWeightSyncClient
 
-    from verifiers.inference.nccl_update import _NcclControl as _SyncClient
+    from verifiers.inference.client.nccl_update import _NcclControl as _SyncClient
 
     theirs = {n for n, v in vars(VLLMWeightSyncClient).items() if callable(v) and not n.startswith("_")}
     for name in sorted(theirs):
@@ -183,7 +183,7 @@ def nccl_sender_source():
 
 @check
 def ipc_engine_imports():
-    """vf-vllm --weight-transfer ipc: cli/vllm.py's ipc_missing() imports it."""
+    """vf-vllm --weight-transfer ipc: inference/server/main.py's ipc_missing() imports it."""
     importlib.import_module("vllm.distributed.weight_transfer.ipc_engine")
 
 
@@ -197,9 +197,9 @@ def worker_update_entry_points():
 
     w = object()
     accepts(method(Worker, "init_weight_transfer_engine"), w, {})
-    accepts(method(Worker, "start_weight_update"), w)  # server.py: st.rpc("start_weight_update")
+    accepts(method(Worker, "start_weight_update"), w)  # server/routes.py: st.rpc("start_weight_update")
     accepts(method(Worker, "update_weights"), w, {})  # worker.py vf_receive_ipc: self.update_weights(info)
-    accepts(method(Worker, "finish_weight_update"), w)  # server.py commit, worker.py rollback
+    accepts(method(Worker, "finish_weight_update"), w)  # server/routes.py commit, worker.py rollback
     accepts(method(Worker, "reload_weights"), w, weights_iterator=None, is_checkpoint_format=True)
     # Worker.reload_weights passes its arguments on to the model runner's.
     accepts(method(GPUModelRunner, "reload_weights"), w, weights_iterator=None, is_checkpoint_format=True)
@@ -228,14 +228,14 @@ def worker_extension_mixes_in():
     from vllm.v1.worker.cpu_worker import CPUWorker
     from vllm.v1.worker.gpu_worker import Worker
 
-    from verifiers.inference.worker import WeightSyncExtension
+    from verifiers.inference.server.worker import WeightSyncExtension
 
     for worker in (Worker, CPUWorker):
         clashes = [a for a in dir(WeightSyncExtension) if not a.startswith("__") and hasattr(worker, a)]
         assert not clashes, f"{worker.__name__} already has {clashes}"
 
 
-# -- LoRA: server.py swap_lora / _load_lora ---------------------------------------------------------------
+# -- LoRA: server/routes.py _swap_lora / _load_lora ---------------------------------------------------------------
 
 
 @check
@@ -263,12 +263,12 @@ def lora_swap():
     assert asyncio.run(load()) == asyncio.run(load())  # a reload keeps the adapter's id
 
 
-# -- the serving API: vllm_version.serving_api and the AsyncLLM calls of server.py / server_state.py -------
+# -- the serving API: vllm_version.serving_api and the AsyncLLM calls of server/routes.py / server/state.py -------
 
 
 @check
 def serving_api_resolves():
-    from verifiers.inference.vllm_version import _SERVING, resolve
+    from verifiers.inference.server.vllm_version import _SERVING, resolve
 
     for name, modules in _SERVING.items():
         if name == "configure_logging_from_args" and not hasattr(
@@ -280,8 +280,8 @@ def serving_api_resolves():
 
 @check
 def serving_api_signatures():
-    """The arguments verifiers/cli/vllm.py (main, run_server) passes to each part."""
-    from verifiers.inference.vllm_version import serving_api
+    """The arguments verifiers/inference/server/main.py (main, run_server) passes to each part."""
+    from verifiers.inference.server.vllm_version import serving_api
 
     api, a = serving_api(), object()
     accepts(api.cli_env_setup)
@@ -302,11 +302,11 @@ def serving_api_signatures():
 @check
 def vf_vllm_parser():
     """vf-vllm's parser on this release's make_arg_parser: our flags, and every vLLM flag we read."""
-    from verifiers.cli.vllm import build_parser
+    from verifiers.inference.server.main import build_parser
 
     gpu_platform()
     args = build_parser().parse_args(["--model", "/m"])
-    # Every attribute of vLLM's namespace that cli/vllm.py and inference/ read (model_tag, headless
+    # Every attribute of vLLM's namespace that inference/server/main.py and inference/ read (model_tag, headless
     # and grpc only through getattr with a default).
     read = "admin_token api_server_count chat_template data_parallel_size disable_uvicorn_access_log"
     read += " enable_auto_tool_choice enable_chunked_prefill enable_ssl_refresh h11_max_header_count"
@@ -350,7 +350,7 @@ def async_llm_calls():
 
 @check
 def cli_helpers():
-    """The other vLLM calls of verifiers/cli/vllm.py."""
+    """The other vLLM calls of verifiers/inference/server/main.py."""
     import vllm.envs as envs
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.platforms import current_platform
@@ -362,7 +362,7 @@ def cli_helpers():
     accepts(AsyncEngineArgs.from_cli_args, object())
     accepts(AsyncEngineArgs.create_model_config, object())
     assert UsageContext.OPENAI_API_SERVER
-    assert resolve_obj_by_qualname("verifiers.inference.worker.WeightSyncExtension")
+    assert resolve_obj_by_qualname("verifiers.inference.server.worker.WeightSyncExtension")
     accepts(decorate_logs, "APIServer", skip_if_decorated=True)
     assert isinstance(envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE, int)
     for name in ("is_cuda_alike", "is_cpu", "device_type"):

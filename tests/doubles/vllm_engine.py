@@ -27,7 +27,8 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from fastapi import FastAPI  # noqa: E402
 
-from verifiers.inference.server import Settings, attach  # noqa: E402
+from verifiers.inference.server.routes import attach  # noqa: E402
+from verifiers.inference.server.state import Settings  # noqa: E402
 
 __all__ = ["SPEC", "Double", "FakeEngine", "FakeModels", "Settings", "weights"]
 

@@ -86,12 +86,12 @@ class Server:
 
     def client(self, **kwargs):
         """A new ``VLLMClient`` for this server; the caller closes it."""
-        from verifiers.inference.client import VLLMClient
+        from verifiers.inference.client.vllm_client import VLLMClient
 
         return VLLMClient(self.url, **{"request_timeout": 60, **kwargs})
 
     def start(self) -> None:
-        from verifiers.inference.parent_watch import launcher_env
+        from verifiers.inference.server.parent_watch import launcher_env
 
         with open(self.log, "ab") as fh:  # the child keeps its own copy of the file
             self.proc = subprocess.Popen(

@@ -23,9 +23,9 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from tests.doubles.vllm_engine import SPEC, Double, FakeEngine, weights  # noqa: E402
 from verifiers.errors import ServerError, ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
-from verifiers.inference.client import VLLMClient  # noqa: E402
-from verifiers.inference.server import Settings, check_admin, is_loopback  # noqa: E402
-from verifiers.inference.worker import validate_params  # noqa: E402
+from verifiers.inference.client.vllm_client import VLLMClient  # noqa: E402
+from verifiers.inference.server.state import Settings, check_admin, is_loopback  # noqa: E402
+from verifiers.inference.server.worker import validate_params  # noqa: E402
 from verifiers.utils import owned_files  # noqa: E402
 
 
@@ -170,7 +170,7 @@ def test_lora_swap_and_lora_disabled():
         assert not Path(first).exists()  # the replaced folder is gone, the served one stays
         assert Path(swap.lora_path, "adapter_config.json").is_file()
         assert not d.engine.paused
-        from verifiers.inference.server import cleanup
+        from verifiers.inference.server.routes import cleanup
 
         cleanup(d.state)
         assert not Path(swap.lora_path).exists()
@@ -188,8 +188,8 @@ def test_lora_swap_and_lora_disabled():
 SLOW_LORA_SERVER = """
 import sys
 import vllm.lora.request  # imported before the clock starts: the first load imports it
-from tests.doubles.vllm_engine import Double, FakeEngine, Settings
-from verifiers.inference.server import cleanup
+from tests.inference.test_client import Double, FakeEngine, Settings
+from verifiers.inference.server.routes import cleanup
 with Double(FakeEngine(lora_load_s=float(sys.argv[1])), Settings()) as d:
     print(d.url, flush=True)
     sys.stdin.read()  # until the test closes our stdin

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 from tests.doubles.vllm_server import bound_unix_sockets, serve  # noqa: E402
 from verifiers.errors import ServerTimeoutError, ServerUnreachableError, WeightSyncError  # noqa: E402
-from verifiers.inference.client import VLLMClient  # noqa: E402
+from verifiers.inference.client.vllm_client import VLLMClient  # noqa: E402
 from verifiers.utils import owned_files  # noqa: E402
 from verifiers.utils.backoff import Backoff, poll_until  # noqa: E402
 
@@ -303,13 +303,13 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
 def test_a_server_killed_alone_takes_its_engine_processes_with_it(server):
     """``kill -9`` of vf-vllm's own pid, not its process group (a user's kill, the OOM killer):
     vLLM's engine core and worker, which hold the model and its KV cache (on a GPU, the GPU's
-    memory), end too instead of running on unowned (verifiers/inference/parent_watch.py)."""
+    memory), end too instead of running on unowned (verifiers/inference/server/parent_watch.py)."""
     import signal
 
     import psutil  # a vLLM dependency
 
-    from verifiers.inference.parent_watch import still_running
-    from verifiers.inference.server_files import remove_abandoned_ipc_dirs
+    from verifiers.inference.server.files import remove_abandoned_ipc_dirs
+    from verifiers.inference.server.parent_watch import still_running
 
     engine = psutil.Process(server.proc.pid).children(recursive=True)  # multiprocessing's tracker too
     assert "VLLM::EngineCore" in {p.name() for p in engine}, engine
@@ -323,7 +323,7 @@ def test_a_server_killed_alone_takes_its_engine_processes_with_it(server):
 
 
 def test_cli_defaults_and_retired_flags(capsys):
-    from verifiers.cli.vllm import EXTENSION, drop_retired_flags, parse_args
+    from verifiers.inference.server.main import EXTENSION, drop_retired_flags, parse_args
 
     argv = [
         "--model",
@@ -355,7 +355,7 @@ def test_cli_defaults_and_retired_flags(capsys):
 
 
 def test_engine_sockets_get_a_directory_of_their_own_unless_the_user_chose_one(short_tmp, monkeypatch):
-    from verifiers.inference.server_files import private_ipc_dir
+    from verifiers.inference.server.files import private_ipc_dir
 
     monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))  # the user's temp dir
     env: dict[str, str] = {}
@@ -380,7 +380,7 @@ SOCKET_FOLDER_OWNER = """
 import multiprocessing, sys, tempfile, time
 from multiprocessing import shared_memory
 from pathlib import Path
-from verifiers.inference.server_files import note_leftovers, private_ipc_dir, shared_memory_of_this_server
+from verifiers.inference.server.files import note_leftovers, private_ipc_dir, shared_memory_of_this_server
 tempfile.tempdir = sys.argv[1]
 with private_ipc_dir({}) as folder:
     rendezvous = Path(sys.argv[1], "vllm_dist_" + Path(folder).name[-8:].replace("_", "0"))
@@ -402,7 +402,7 @@ def test_a_killed_servers_socket_folder_rendezvous_file_and_shared_memory_go_at_
     import subprocess
     import sys
 
-    from verifiers.inference.server_files import private_ipc_dir
+    from verifiers.inference.server.files import private_ipc_dir
 
     root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, "-c", SOCKET_FOLDER_OWNER, str(short_tmp)]
@@ -449,7 +449,7 @@ def test_a_killed_servers_list_removes_only_what_vllm_makes(short_tmp):
     """The list is data: a path not named as vLLM names its files, or elsewhere, or a link, stays."""
     import secrets
 
-    from verifiers.inference.server_files import IPC_PREFIX, note_leftovers, remove_abandoned_ipc_dirs
+    from verifiers.inference.server.files import IPC_PREFIX, note_leftovers, remove_abandoned_ipc_dirs
 
     tag = secrets.token_hex(4)
     (short_tmp / "sub").mkdir()
@@ -479,7 +479,7 @@ def test_a_killed_servers_list_removes_only_what_vllm_makes(short_tmp):
 
 
 def test_the_workers_name_their_rendezvous_file_only_when_it_is_vllms():
-    from verifiers.inference.worker import WeightSyncExtension
+    from verifiers.inference.server.worker import WeightSyncExtension
 
     worker = WeightSyncExtension()
     assert worker.vf_rendezvous_file() is None  # no attribute: not a vLLM worker
@@ -494,7 +494,7 @@ def test_the_workers_name_their_rendezvous_file_only_when_it_is_vllms():
 
 def test_cli_sizes_the_cpu_kv_cache_unless_the_user_does(tiny_model_dir, capsys, monkeypatch):
     """On CPU: no memory flag -> --max-num-seqs × --max-model-len; any user size (or the env var) stands."""
-    from verifiers.cli.vllm import parse_args
+    from verifiers.inference.server.main import parse_args
 
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     base = ["--model", str(tiny_model_dir), "--max-model-len", "512", "--dtype", "float32"]

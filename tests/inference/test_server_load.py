@@ -36,10 +36,10 @@ WEIGHT_ROUTES = {"/vf/weights/begin", "/vf/weights/load", "/vf/weights/commit", 
 
 
 def admin_routes() -> list[tuple[str, str]]:
-    """``(method, path)`` of every route server.py puts behind the admin check (path parameters filled in)."""
+    """``(method, path)`` of every route server/routes.py puts behind the admin check (path parameters filled in)."""
     import re
 
-    from verifiers.inference import server
+    from verifiers.inference.server import routes as server
 
     routes = []
     for route in server.build_router().routes:
@@ -264,7 +264,7 @@ def test_weight_routes_refuse_off_loopback_callers_without_token(load_server):
     import requests
 
     from verifiers.errors import WeightSyncError
-    from verifiers.inference.client import VLLMClient
+    from verifiers.inference.client.vllm_client import VLLMClient
 
     health = requests.get(load_server.url + "/vf/health", timeout=10).json()
     assert health["admin_token_required"] is True and health["status"] == "ready"

@@ -27,10 +27,11 @@ pytest.importorskip("uvicorn")
 
 from tests.doubles.vllm_engine import Double, FakeEngine, weights  # noqa: E402
 from verifiers.errors import ConfigError, WeightSyncError  # noqa: E402
-from verifiers.inference import ipc_update, transport  # noqa: E402
-from verifiers.inference.client import VLLMClient, is_server_lost  # noqa: E402
-from verifiers.inference.server import Settings  # noqa: E402
-from verifiers.inference.worker import WeightSyncExtension  # noqa: E402
+from verifiers.inference import ipc_handles, transport  # noqa: E402
+from verifiers.inference.client import ipc_update  # noqa: E402
+from verifiers.inference.client.vllm_client import VLLMClient, is_server_lost  # noqa: E402
+from verifiers.inference.server.state import Settings  # noqa: E402
+from verifiers.inference.server.worker import WeightSyncExtension  # noqa: E402
 
 META = transport.tensor_meta(weights())
 
@@ -398,15 +399,15 @@ def test_ipc_handles_survive_json_without_pickle():
         torch.Tensor, torch.Size([2, 3]), (3, 1), 0, torch.storage.TypedStorage, torch.bfloat16, 0,
         b"\x00\xffhandle", 12, 0, False, b"ref\x00", 64, b"\x01event", True,
     )  # fmt: skip
-    encoded = ipc_update.encode_handles([{"GPU-aaaa": args}])
+    encoded = ipc_handles.encode_handles([{"GPU-aaaa": args}])
     import json
 
-    decoded = ipc_update.decode_handles(json.loads(json.dumps(encoded)))
+    decoded = ipc_handles.decode_handles(json.loads(json.dumps(encoded)))
     assert decoded == [{"GPU-aaaa": args}] and isinstance(decoded[0]["GPU-aaaa"][1], torch.Size)
     bad = json.loads(json.dumps(encoded))
     bad[0]["GPU-aaaa"][0] = {"cls": "Popen"}
     with pytest.raises(ValueError, match="only"):
-        ipc_update.decode_handles(bad)
+        ipc_handles.decode_handles(bad)
 
 
 def test_ipc_update_reaches_vllms_update_weights(gpu, monkeypatch):
@@ -417,7 +418,7 @@ def test_ipc_update_reaches_vllms_update_weights(gpu, monkeypatch):
     )  # fmt: skip
 
     def share(tensors):
-        return [], ipc_info(tensors, ipc_update.encode_handles([{"GPU-aaaa": args}] * len(tensors)))
+        return [], ipc_info(tensors, ipc_handles.encode_handles([{"GPU-aaaa": args}] * len(tensors)))
 
     monkeypatch.setattr(ipc_update, "share", share)
     d, worker = gpu("ipc")
@@ -443,7 +444,7 @@ def test_server_reports_its_gpus_for_the_choice(gpu):
 
 
 def test_vf_vllm_weight_transfer_flag():
-    from verifiers.cli.vllm import choose_weight_transfer
+    from verifiers.inference.server.main import choose_weight_transfer
 
     def args(choice="auto", own=None):
         return SimpleNamespace(weight_transfer=choice, weight_transfer_config=own)
@@ -481,7 +482,7 @@ def _rebuild_in_child(info: dict, queue) -> None:
     import torch as t
     from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-    handles = ipc_update.decode_handles(info["ipc_handles"])
+    handles = ipc_handles.decode_handles(info["ipc_handles"])
     uuid = str(t.cuda.get_device_properties(0).uuid)
     sums = []
     for h in handles:
@@ -516,7 +517,7 @@ def test_ipc_handles_open_the_trainers_tensors_in_another_process():
 def test_ipc_needs_what_vllms_ipc_engine_imports(monkeypatch):
     """vLLM 0.26's IPC engine imports ray, which vLLM does not depend on: ``auto`` falls back
     to nccl and says why; an explicit ``--weight-transfer ipc`` is refused in one line."""
-    from verifiers.cli import vllm as cli
+    from verifiers.inference.server import main as cli
 
     monkeypatch.setattr(cli, "ipc_missing", lambda: "ray")
     a = SimpleNamespace(weight_transfer="auto", weight_transfer_config=None)
@@ -535,7 +536,7 @@ def test_ipc_needs_what_vllms_ipc_engine_imports(monkeypatch):
 
 
 def test_vf_vllm_environment_defaults_keep_what_the_user_set():
-    from verifiers.cli.vllm import SERVER_ENV_DEFAULTS, server_env_defaults
+    from verifiers.inference.server.main import SERVER_ENV_DEFAULTS, server_env_defaults
 
     env = {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "9"}
     server_env_defaults(env)
@@ -696,7 +697,7 @@ def dp_engine(per_engine: dict[bytes, list], client_cls_name: str = "DPLBAsyncMP
 def test_probe_devices_and_rendezvous_files_ask_every_data_parallel_engine():
     import asyncio
 
-    from verifiers.inference.server_state import State
+    from verifiers.inference.server.state import State
 
     engine = dp_engine({b"\x00\x00": ["GPU-aaaa"], b"\x01\x00": ["GPU-bbbb"]})
     # What vLLM's own collective_rpc answers with data parallel 2: engine 0's workers only.
@@ -712,7 +713,7 @@ def test_probe_devices_and_rendezvous_files_ask_every_data_parallel_engine():
 def test_unknown_gpus_of_a_data_parallel_server_never_pick_nccl():
     import asyncio
 
-    from verifiers.inference.server_state import State
+    from verifiers.inference.server.state import State
 
     async def one_engine_only(method, timeout=None, args=(), kwargs=None):
         return ["GPU-aaaa"]  # an engine client with no per-engine call

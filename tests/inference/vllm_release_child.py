@@ -222,7 +222,7 @@ def model_tensors(scale: float) -> dict[str, torch.Tensor]:
 
 def main() -> None:
     from verifiers.inference import transport
-    from verifiers.inference.nccl_update import NcclChannel
+    from verifiers.inference.client.nccl_update import NcclChannel
 
     client = Client()
     channel = NcclChannel(client, master_address="127.0.0.1", master_port=29555)

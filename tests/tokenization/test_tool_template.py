@@ -200,7 +200,7 @@ def test_vf_chat_template_makes_the_trainer_follow_another_server_template(
 
 def test_vf_vllm_serves_the_fallback_unless_told_otherwise(tiny_model_dir, tmp_path, capsys):
     pytest.importorskip("vllm")
-    from verifiers.cli.vllm import parse_args
+    from verifiers.inference.server.main import parse_args
 
     base = ["--model", str(tiny_model_dir), "--max-model-len", "512", "--kv-cache-memory-bytes", "1000000"]
     args, settings = parse_args(base)

@@ -103,7 +103,7 @@ def test_grpo_defaults_and_rlconfig_resolve_auto_on_cpu(monkeypatch, env, bf16):
     ],
 )
 def test_vf_vllm_serves_the_cpu_dtype_unless_told(monkeypatch, capsys, env, flags, want):
-    from verifiers.cli.vllm import parse_args
+    from verifiers.inference.server.main import parse_args
 
     monkeypatch.setenv(cd.ENV, env)
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # leave this process's binding alone

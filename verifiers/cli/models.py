@@ -18,9 +18,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from verifiers.cli.common import CLIParser, int_at_least, run_parsed
+from verifiers.cli.common import CLIParser, run_parsed
 from verifiers.cli.progress import Heartbeat
 from verifiers.errors import ConfigError, MissingExtraError
+from verifiers.utils.arg_types import int_at_least
 
 
 def build_parser() -> argparse.ArgumentParser:

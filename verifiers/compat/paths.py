@@ -45,7 +45,7 @@ MOVED: dict[str, str] = {
     "verifiers.rubrics.tool_rubric": "verifiers.rubrics.tool",
     "verifiers.utils.data_utils": "verifiers.utils.data",
     "verifiers.utils.model_utils": "verifiers.models",
-    "verifiers.inference.vllm_client": "verifiers.inference.client",
+    "verifiers.inference.vllm_client": "verifiers.inference.client.vllm_client",
     # 0.1.x utils
     "verifiers.utils.config_utils": "verifiers.utils.ensure",
     "verifiers.utils.decorators": "verifiers.envs.decorators",
@@ -64,6 +64,26 @@ MOVED: dict[str, str] = {
     "verifiers.rollout.chat_template": "verifiers.tokenization.chat_template",
     "verifiers.rollout.tokens": "verifiers.tokenization.assembly",
     "verifiers.rollout.failure": "verifiers.failures",
+    # 0.2's inference/, split by process (issue 44): server/ runs in vLLM, client/ in the trainer.
+    # ``verifiers.inference.worker`` is a vLLM ``--worker-extension-cls`` path and
+    # ``verifiers.inference.parent_watch`` the vLLM plugin an installed 0.2 names.
+    **{
+        f"verifiers.inference.{old}": f"verifiers.inference.server.{new}"
+        for old, new in (
+            ("server_state", "state"),
+            ("server_files", "files"),
+            ("worker", "worker"),
+            ("kv_cache", "kv_cache"),
+            ("vllm_flags", "vllm_flags"),
+            ("vllm_version", "vllm_version"),
+            ("parent_watch", "parent_watch"),
+            ("cpu_binding", "cpu_binding"),
+            ("log_filter", "log_filter"),
+        )
+    },
+    "verifiers.inference.nccl_update": "verifiers.inference.client.nccl_update",
+    "verifiers.inference.ipc_update": "verifiers.inference.client.ipc_update",
+    "verifiers.training.weights.names": "verifiers.inference.names",
 }
 
 _GENERATOR = "verifiers.training.generation.generator"

@@ -1,10 +1,13 @@
-"""Inference: the ``vf-vllm`` server's additions to vLLM, and the trainer's client of it.
+"""Inference: the ``vf-vllm`` server's additions to vLLM, and the trainer's client of it, one package per process.
 
-Server side (runs inside vLLM): ``server.py``, ``server_state.py``, ``worker.py``,
-``cpu_binding.py``, ``kv_cache.py``, ``vllm_flags.py``, ``vllm_version.py``. Client side
-(runs in the trainer): ``client.py`` (``VLLMClient``), ``transport.py``, ``nccl_update.py``,
-``ipc_update.py``. Nothing here imports ``verifiers.training`` except the weight names
-(``training/weights/names.py``), which both sides must agree on.
+- ``server/``: what runs in the vLLM process (routes, state, worker extension, the server's main).
+- ``client/``: what runs in the trainer (``VLLMClient``, the sending side of the GPU transfers,
+  waiting out a lost server).
+- What both must agree on lives here: ``transport.py`` (the transports, their files and blobs),
+  ``names.py`` (the served checkpoint's parameter names), ``ipc_handles.py`` (CUDA IPC handles as JSON).
+
+``server/`` and ``client/`` never import each other, and nothing here imports ``verifiers.training``
+(tests/inference/test_layout.py, tests/test_import_graph.py).
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from verifiers.utils.extras import lazy_getattr
 
-_NAMES = {"VLLMClient": "verifiers.inference.client"}
+_NAMES = {"VLLMClient": "verifiers.inference.client.vllm_client"}
 
 __all__ = list(_NAMES)
 
 __getattr__ = lazy_getattr(__name__, _NAMES)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from verifiers.inference.client import VLLMClient  # noqa: F401
+    from verifiers.inference.client.vllm_client import VLLMClient  # noqa: F401

@@ -11,7 +11,7 @@ Four transports, picked by :func:`choose_transport` unless the caller names one
   nccl`` and no worker shares the trainer's GPU. **Untested here: the machines
   this was written on have no GPU.**
 * ``"ipc"`` (GPU, trainer and server on one GPU): vLLM's CUDA IPC engine; the
-  worker opens the trainer's tensors in place (verifiers/inference/ipc_update.py).
+  worker opens the trainer's tensors in place (verifiers/inference/client/ipc_update.py).
   Chosen when the server's one GPU (``device_uuids`` in its health) is the one
   the tensors are on and it runs with ``--weight-transfer ipc``.
 * ``"shm"`` (CPU, same machine): the client writes one safetensors file under
@@ -93,11 +93,11 @@ def layer_pieces(pairs: Iterable[tuple[str, Any]], max_bytes: int) -> Iterator[d
     vLLM fuses q/k/v (gate/up, every expert of an MoE layer) and the server reloads
     each piece's layers as they come, so a cut never falls inside a layer
     (``model.layers.N``; a name without an index is its own module): see
-    ``verifiers.training.weights.names.layer_of``. Lazy: a piece is made only when the
+    ``verifiers.inference.names.layer_of``. Lazy: a piece is made only when the
     caller asks for the next, and this generator lets go of it first, so a caller that
     drops each piece before asking holds one piece plus the first tensor of the next layer.
     """
-    from verifiers.training.weights.names import layer_of
+    from verifiers.inference.names import layer_of
 
     piece: dict[str, Any] = {}
     size, last = 0, None
@@ -612,7 +612,7 @@ class NcclWeightSender:
     the same time). :meth:`send` is one broadcast round: the server's receive
     (``update_weights`` over HTTP) runs concurrently with a packed broadcast of the
     round's tensors. A large update is several rounds inside one server transaction
-    (verifiers/inference/nccl_update.py opens and commits it), so the trainer never
+    (verifiers/inference/client/nccl_update.py opens and commits it), so the trainer never
     holds more than one round's tensors. ``sync_client`` is any object with vLLM's
     ``VLLMWeightSyncClient`` methods; :class:`VLLMClient` passes an adapter onto its
     ``/vf/weights/*`` routes, which add validation, pausing and versions.

@@ -1,7 +1,7 @@
 """``Backoff`` and ``poll_until``: the one way verifiers waits between attempts.
 
 Every retry and poll loop (HTTP retries and readiness polls in
-inference/client.py, the generator waiting out a server outage, vf-rl waiting
+inference/client/vllm_client.py, the generator waiting out a server outage, vf-rl waiting
 for its server) takes its delays from a ``Backoff``: ``first``, then doubling,
 capped at ``max_delay`` (``first == max_delay``: a fixed interval), and never
 past an optional total ``timeout``. The delays come from urllib3's ``Retry``

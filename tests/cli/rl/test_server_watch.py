@@ -223,7 +223,7 @@ def outputs(*token_counts: int, running: int | None = None):
 
 
 def test_engine_progress_counts_what_the_output_handler_receives():
-    from verifiers.inference.server_state import EngineProgress, pending_requests
+    from verifiers.inference.server.state import EngineProgress, pending_requests
 
     async def main():
         core = FakeCore()
@@ -246,7 +246,8 @@ def test_the_progress_route_answers_without_the_engine():
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from verifiers.inference.server import Settings, attach
+    from verifiers.inference.server.routes import attach
+    from verifiers.inference.server.state import Settings
 
     class StuckEngine:
         def __init__(self):

@@ -1,4 +1,4 @@
-"""Outage recovery (verifiers/training/weights/recovery.py) through the generator, without a server.
+"""Outage recovery (verifiers/inference/client/recovery.py) through the generator, without a server.
 
 A fake server that is down for a few pings, a producer whose first attempt fails
 with ``ServerUnreachableError``: the trainer side sees a typed ``Resync``, hands
@@ -14,9 +14,10 @@ import time
 import pytest
 
 from verifiers.errors import GenerationError, ServerError, ServerUnreachableError, WeightSyncError
+from verifiers.inference.client.recovery import sync_through_outages
 from verifiers.training.generation.generator import BatchGenerator
 from verifiers.training.generation.producer import GeneratedBatch
-from verifiers.training.weights.recovery import Resync, sync_through_outages
+from verifiers.training.weights.recovery import Resync
 
 
 class FlakyServer:

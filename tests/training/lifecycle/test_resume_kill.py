@@ -273,7 +273,7 @@ def resume_and_compare(
     # run that generated before pushing its checkpoint's weights would sample different rollouts.
     from transformers import AutoModelForCausalLM
 
-    from verifiers.inference.client import VLLMClient
+    from verifiers.inference.client.vllm_client import VLLMClient
 
     base = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
     client = VLLMClient(f"http://127.0.0.1:{port}", request_timeout=60)

@@ -1,7 +1,7 @@
 """What a partial (merged-LoRA) sync must carry for vLLM to reload it, a tied head trained apart,
 an adapter over another run's weights, and the serving-dtype copy a sync no longer makes.
 
-The server's own check (``verifiers.inference.worker.validate_params``) judges every update here,
+The server's own check (``verifiers.inference.server.worker.validate_params``) judges every update here,
 with vLLM's ``packed_modules_mapping`` of the served class as its fused groups."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.inference.worker import validate_params  # noqa: E402
+from verifiers.inference.server.worker import validate_params  # noqa: E402
 from verifiers.training.weights.sync import WeightSyncer  # noqa: E402
 
 SMALL = dict(
@@ -95,7 +95,7 @@ def spec_of(model, fused: dict) -> dict:
 
 
 def test_the_fused_table_is_vllms_packed_modules_mapping(vllm_fused):
-    from verifiers.training.weights.names import FUSED_BY_MODEL_TYPE
+    from verifiers.inference.names import FUSED_BY_MODEL_TYPE
 
     assert set(FUSED_BY_MODEL_TYPE) <= set(vllm_fused)
     for model_type, groups in FUSED_BY_MODEL_TYPE.items():
@@ -146,7 +146,7 @@ def test_a_lora_on_the_embedding_is_merged_into_it():
 
 
 def test_an_architecture_not_in_the_table_sends_whole_layers():
-    from verifiers.training.weights.names import FUSED_BY_MODEL_TYPE, reload_closure
+    from verifiers.inference.names import FUSED_BY_MODEL_TYPE, reload_closure
 
     names = [
         "model.embed_tokens.weight",

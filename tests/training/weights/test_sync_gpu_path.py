@@ -30,11 +30,11 @@ from safetensors.torch import load_file  # noqa: E402
 from tests.doubles.vllm_engine import Double, FakeEngine  # noqa: E402
 from verifiers.errors import WeightSyncError  # noqa: E402
 from verifiers.inference import transport  # noqa: E402
-from verifiers.inference.client import VLLMClient  # noqa: E402
-from verifiers.inference.server import Settings  # noqa: E402
-from verifiers.inference.worker import read_safetensors_headers  # noqa: E402
+from verifiers.inference.client.vllm_client import VLLMClient  # noqa: E402
+from verifiers.inference.names import clean_name, layer_of  # noqa: E402
+from verifiers.inference.server.state import Settings  # noqa: E402
+from verifiers.inference.server.worker import read_safetensors_headers  # noqa: E402
 from verifiers.training.weights import sync as sync_module  # noqa: E402
-from verifiers.training.weights.names import clean_name, layer_of  # noqa: E402
 from verifiers.training.weights.sync import WeightSyncer, serving_dtype  # noqa: E402
 
 SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2)

@@ -7,7 +7,7 @@ process groups when training ends (plan.py makes the plan).
 Supervision: a server that dies during training is restarted with the same command
 and environment, at most ``inference.max_restarts`` times, after a backoff; the
 trainer waits for it (``vllm_server_timeout``), re-syncs its weights and goes on
-(training/weights/recovery.py). Crash to ready must fit in that same timeout, or the trainer
+(inference/client/recovery.py). Crash to ready must fit in that same timeout, or the trainer
 would give up first. When the server cannot be restarted, the trainer gets SIGTERM,
 saves its checkpoint, and vf-rl ends with one line saying why. A server that hangs (alive,
 but not answering, or its engine without progress while requests wait: server_watch.py)
@@ -343,7 +343,7 @@ class Launcher:
                 print(message, flush=True)
 
     def _start(self, side: Side) -> None:
-        from verifiers.inference.parent_watch import launcher_env
+        from verifiers.inference.server.parent_watch import launcher_env
 
         with self.start_lock:
             if self.stopping.is_set():

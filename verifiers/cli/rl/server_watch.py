@@ -2,7 +2,7 @@
 
 A server that exits is the launcher's business (it sees the exit status). A server that
 stays alive but stops serving is found here, from a probe of ``GET /vf/progress``
-(verifiers/inference/server.py) every :data:`PROBE_INTERVAL_S` seconds:
+(verifiers/inference/server/routes.py) every :data:`PROBE_INTERVAL_S` seconds:
 
 - **not answering**: no HTTP answer at all for ``answer_timeout_s`` (the API process is
   stopped, deadlocked, or its event loop is blocked);

@@ -195,7 +195,7 @@ def inference_flags(args: dict[str, Any]) -> list[str]:
 
 def _false_flags(key: str) -> list[str]:
     try:
-        from verifiers.cli.vllm import false_flags
+        from verifiers.inference.server.main import false_flags
 
         return false_flags(key)
     except ImportError:  # no vLLM here (a dry run elsewhere): vLLM's own --no-X spelling, unchecked

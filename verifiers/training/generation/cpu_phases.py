@@ -21,7 +21,7 @@ So with ``cpu_phases="auto"`` (the default) the phases take turns whenever the
 server runs on a CPU of this machine and the trainer trains on a CPU: the next
 batch is generated only after this step's training and weight sync (as with
 ``num_batches_ahead=0``, whatever ``num_batches_ahead`` says), with vf-vllm's
-threads on every core (inference/cpu_binding.py) and the trainer's torch threads
+threads on every core (inference/server/cpu_binding.py) and the trainer's torch threads
 on every core too. ``"exclusive"`` takes turns always, ``"overlap"`` never.
 A GPU server, or a server on another machine, is unaffected under ``"auto"``.
 """

@@ -14,7 +14,7 @@ Faults the generator rides out, each counted in the batch's metrics and logged o
   from the same prompts (the prompt cursor is rewound), up to ``max_retries``
   times (``errors/generation_timeout``); then it is an error.
 - A server that stops answering (rollouts fail with ``ServerUnreachableError``):
-  the batch is dropped and rewound, and ``ServerRecovery`` (weights/recovery.py) waits
+  the batch is dropped and rewound, and ``ServerRecovery`` (inference/client/recovery.py) waits
   for the server and for the trainer's weight re-sync, which the trainer sees as
   ``get(i, resync=True)`` returning a ``Resync``; then the batch is generated
   again (``errors/server_restarts``).
@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 from verifiers.errors import GenerationError, ServerUnreachableError, StopRequested
+from verifiers.inference.client.recovery import ServerRecovery
 from verifiers.training.generation.cpu_phases import choose_phases
 from verifiers.training.generation.producer import (
     GeneratedBatch,
@@ -44,7 +45,7 @@ from verifiers.training.generation.producer import (
     sampling_args_from_config,
 )
 from verifiers.training.generation.queue import BatchQueue
-from verifiers.training.weights.recovery import Resync, ServerRecovery
+from verifiers.training.weights.recovery import Resync
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.generation.generator")

@@ -2,8 +2,9 @@
 
 - ``sync.py``: ``WeightSyncer``: after an optimizer step, send the weights (full, merged LoRA, or adapter).
 - ``server_link.py``: ``ServerLink``: the trainer's side of the server (client, health, syncs).
-- ``recovery.py``: wait for a lost server, re-sync, go on.
-- ``names.py``: the parameter names (and shapes) the served checkpoint knows; ``verifiers.inference`` uses it too.
+- ``recovery.py``: ``Resync``; waiting out a lost server is ``verifiers.inference.client.recovery``'s.
+
+The served checkpoint's parameter names are ``verifiers.inference.names`` (the server checks them too).
 """
 
-__all__ = ["names", "recovery", "server_link", "sync"]
+__all__ = ["recovery", "server_link", "sync"]

@@ -17,9 +17,9 @@ from functools import partial
 from typing import Any
 
 from verifiers.errors import ServerError
-from verifiers.inference.client import is_server_lost
+from verifiers.inference.client.recovery import sync_through_outages, wait_out_outage
+from verifiers.inference.client.vllm_client import is_server_lost
 from verifiers.training.lifecycle.processes import broadcast, wait_together
-from verifiers.training.weights.recovery import sync_through_outages, wait_out_outage
 from verifiers.training.weights.sync import WeightSyncer, is_peft_model, serving_dtype
 
 logger = logging.getLogger("verifiers.training.weights.server_link")
@@ -45,7 +45,7 @@ class ServerLink:
 
     def _connect(self) -> Any:
         if self.client is None:
-            from verifiers.inference.client import VLLMClient
+            from verifiers.inference.client.vllm_client import VLLMClient
 
             a = self.args
             self.client = VLLMClient(

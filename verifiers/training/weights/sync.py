@@ -54,7 +54,7 @@ from typing import Any
 import torch
 
 from verifiers.errors import ConfigError, ServerError, WeightSyncError
-from verifiers.training.weights.names import (
+from verifiers.inference.names import (
     check_name,
     clean_name,
     conversions,

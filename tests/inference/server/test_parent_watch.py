@@ -1,4 +1,4 @@
-"""The engine processes of a killed vf-vllm end (verifiers/inference/parent_watch.py), here with
+"""The engine processes of a killed vf-vllm end (verifiers/inference/server/parent_watch.py), here with
 plain multiprocessing children instead of vLLM's; test_server.py kills a real server's main pid."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil  # a vLLM dependency
 import pytest
 
-from verifiers.inference import parent_watch
-from verifiers.inference.parent_watch import still_running
+from verifiers.inference.server import parent_watch
+from verifiers.inference.server.parent_watch import still_running
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # A parent that starts a spawned child (as vLLM starts its engine core), prints the child's pid
 # and waits. The child runs the plugin hook, as vLLM does in each of its processes, and sleeps.
@@ -26,7 +26,7 @@ PARENT = textwrap.dedent(
     import multiprocessing, sys, time
 
     def child():
-        from verifiers.inference import parent_watch
+        from verifiers.inference.server import parent_watch
         parent_watch.register()
         print("ready", flush=True)
         time.sleep(600)
@@ -105,10 +105,10 @@ def test_still_running_counts_a_zombie_and_a_reaped_process_as_ended():
 LAUNCHER = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from verifiers.inference import parent_watch
+    from verifiers.inference.server import parent_watch
 
     child = (
-        "import time; from verifiers.inference import parent_watch; "
+        "import time; from verifiers.inference.server import parent_watch; "
         "print(parent_watch.watch_launcher(), flush=True); time.sleep(600)"
     )
     env = {**os.environ}

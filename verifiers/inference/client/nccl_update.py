@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from verifiers.errors import WeightSyncError
 from verifiers.inference import transport
 
-logger = logging.getLogger("verifiers.inference.nccl_update")
+logger = logging.getLogger("verifiers.inference.client.nccl_update")
 
 
 class NcclChannel:

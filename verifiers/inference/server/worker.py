@@ -1,7 +1,7 @@
 """vLLM worker extension that loads trainer weights into a running vf-vllm server.
 
 vf-vllm starts vLLM with ``--worker-extension-cls
-verifiers.inference.worker.WeightSyncExtension``; vLLM mixes this class into
+verifiers.inference.server.worker.WeightSyncExtension``; vLLM mixes this class into
 every worker, and the API server reaches its methods through the engine's
 ``collective_rpc``. Only plain values (strings, lists, dicts) cross that
 boundary: tensors travel through a file (CPU transport) or NCCL (GPU transport,
@@ -25,7 +25,7 @@ Methods (all prefixed ``vf_`` so they cannot clash with vLLM's own):
   arrived, reload the served checkpoint from disk (a half-received update is
   neither the old nor the new model).
 * ``vf_receive_ipc(update_info) -> int``: the receive of an IPC update; the CUDA
-  IPC handles arrive JSON-encoded (:func:`verifiers.inference.ipc_update.decode_handles`,
+  IPC handles arrive JSON-encoded (:func:`verifiers.inference.ipc_handles.decode_handles`,
   no pickle) and go to vLLM's ``update_weights`` worker method.
 * ``vf_device_uuid() -> str | None``: the physical GPU this worker runs on (its
   UUID as ``torch.cuda.get_device_properties(i).uuid`` prints it), so a trainer
@@ -52,7 +52,7 @@ from typing import Any
 
 from verifiers.errors import nearest
 
-logger = logging.getLogger("verifiers.inference.worker")
+logger = logging.getLogger("verifiers.inference.server.worker")
 
 
 def read_safetensors_headers(files: list[str]) -> dict[str, list[Any]]:
@@ -277,7 +277,7 @@ class WeightSyncExtension:
 
     def vf_receive_ipc(self, update_info: dict[str, Any]) -> int:
         """Receive one IPC update (JSON-encoded handles) through vLLM's ``update_weights``."""
-        from verifiers.inference.ipc_update import decode_handles
+        from verifiers.inference.ipc_handles import decode_handles
 
         info = dict(update_info)
         info["ipc_handles"] = decode_handles(info["ipc_handles"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from verifiers.inference.cpu_binding import all_cores_binding, bind_all_cores, one_cpu_per_core
+from verifiers.inference.server.cpu_binding import all_cores_binding, bind_all_cores, one_cpu_per_core
 
 
 def fake_sys(tmp_path, cores: dict[int, tuple[int, int]], nodes: int = 1):
@@ -40,8 +40,8 @@ def test_binding_is_left_to_the_user_or_to_vllm_when_it_should_be(tmp_path, monk
 
 def test_bind_all_cores_sets_the_variable_and_says_so(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
-    monkeypatch.setattr("verifiers.inference.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
-    monkeypatch.setattr("verifiers.inference.cpu_binding.numa_nodes", lambda *_: 1)
+    monkeypatch.setattr("verifiers.inference.server.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
+    monkeypatch.setattr("verifiers.inference.server.cpu_binding.numa_nodes", lambda *_: 1)
     env: dict[str, str] = {"VF_CPU_NEIGHBOURS": "ignore"}  # the machine's other work aside
     line = bind_all_cores(1, env)
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1" and "cores 0,1" in line
@@ -65,10 +65,10 @@ def test_bind_all_cores_says_when_it_leaves_cores_to_a_neighbour(monkeypatch):
     from verifiers.utils.cpu_load import CpuLoad
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
-    monkeypatch.setattr("verifiers.inference.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
-    monkeypatch.setattr("verifiers.inference.cpu_binding.numa_nodes", lambda *_: 1)
+    monkeypatch.setattr("verifiers.inference.server.cpu_binding.one_cpu_per_core", lambda cpus, *_: cpus)
+    monkeypatch.setattr("verifiers.inference.server.cpu_binding.numa_nodes", lambda *_: 1)
     busy = CpuLoad(others_cores=1.0, busy_by_cpu={0: 1.0, 1: 0.0}, window_s=0.5)
-    monkeypatch.setattr("verifiers.inference.cpu_binding.measure", lambda **_: busy)
+    monkeypatch.setattr("verifiers.inference.server.cpu_binding.measure", lambda **_: busy)
     env: dict[str, str] = {"VF_CPU_NEIGHBOURS": "measure"}
     line = bind_all_cores(1, env)
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and "1.0 cores" in line

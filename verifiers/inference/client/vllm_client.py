@@ -7,7 +7,7 @@ client, and any other attribute is looked up on it. ``client.sync_openai`` is a
 blocking ``openai.OpenAI`` for the same server. Each event loop gets its own ``AsyncOpenAI``
 (pooled connections belong to the loop that opened them: "Event loop is closed" otherwise).
 
-Trainer operations (blocking; see verifiers/inference/server.py for the routes):
+Trainer operations (blocking; see verifiers/inference/server/routes.py for the routes):
 
 * ``wait_until_ready(timeout)``: polls ``/vf/health`` until the server answers,
   within one total timeout. Nothing ever answered -> ``ServerUnreachableError``;
@@ -60,7 +60,7 @@ from verifiers.inference import transport
 from verifiers.utils import owned_files
 from verifiers.utils.backoff import Backoff, poll_until
 
-logger = logging.getLogger("verifiers.inference.client")
+logger = logging.getLogger("verifiers.inference.client.vllm_client")
 
 ADMIN_HEADER = "X-VF-Admin-Token"
 _RETRY_STATUS = {502, 503, 504}
@@ -514,7 +514,7 @@ class VLLMClient:
 
         A group already open is closed first: after a server restart its peers are gone.
         """
-        from verifiers.inference.nccl_update import NcclChannel
+        from verifiers.inference.client.nccl_update import NcclChannel
 
         health = self.health()  # the server process the group is made with
         self._drop_gpu_channel()
@@ -580,7 +580,7 @@ class VLLMClient:
             self._drop_gpu_channel()
         if self._nccl is None:
             if kind == "ipc":
-                from verifiers.inference.ipc_update import IpcChannel
+                from verifiers.inference.client.ipc_update import IpcChannel
 
                 self._nccl = IpcChannel(self)
                 self._nccl.server_instance = health.get("instance_id")

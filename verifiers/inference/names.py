@@ -122,7 +122,7 @@ def reload_closure(
     ``fused`` None (an architecture not known here): the whole layer (:func:`layer_of`) of each
     changed tensor, which holds every group vLLM could fuse, MoE experts included.
 
-    The server checks the same (``verifiers.inference.worker.validate_params``) and refuses a
+    The server checks the same (``verifiers.inference.server.worker.validate_params``) and refuses a
     partial layer: vLLM would run it on half-loaded memory."""
     names = list(names)
     changed = set(changed)

@@ -49,7 +49,7 @@ _started = False  # vLLM may load its plugins more than once in a process
 def register() -> None:
     """vLLM's plugin hook: watch the parent, in a process vf-vllm's server started."""
     global _started
-    from verifiers.inference import log_filter
+    from verifiers.inference.server import log_filter
 
     log_filter.register()  # vf's other per-process setting: one reload warning, not one per layer
     if _started or os.environ.get(ENV) != "1":

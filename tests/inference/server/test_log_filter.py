@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from verifiers.inference import log_filter
+from verifiers.inference.server import log_filter
 
 
 @pytest.fixture

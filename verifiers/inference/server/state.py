@@ -1,4 +1,4 @@
-"""State of the trainer routes of verifiers/inference/server.py: settings, the admin check, weight updates.
+"""State of the trainer routes of verifiers/inference/server/routes.py: settings, the admin check, weight updates.
 
 :class:`State` lives on ``app.state.vf`` and holds what the routes share: the
 engine, the served weight version, the update in progress (:class:`Update`, from

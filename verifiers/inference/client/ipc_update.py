@@ -12,10 +12,10 @@ One update: ``begin`` (validation, pause, vLLM's ``start_weight_update``) ->
 ``max_file_bytes``) -> ``commit``. The handles are
 what ``torch.multiprocessing.reductions.reduce_tensor`` gives (the arguments of
 ``rebuild_cuda_tensor``), keyed by the GPU's UUID as vLLM's receiver expects,
-and JSON-encoded by :func:`encode_handles` (bytes as base64, dtypes and the two
-classes by name). vLLM's own HTTP client pickles them instead, which its worker
+and JSON-encoded (verifiers/inference/ipc_handles.py: bytes as base64, dtypes and the
+two classes by name). vLLM's own HTTP client pickles them instead, which its worker
 only reads with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; the worker extension
-decodes these with :func:`decode_handles` (an allow-list, no pickle) and calls
+decodes these (an allow-list, no pickle) and calls
 vLLM's ``update_weights`` with the plain tuples, which vLLM 0.26 and newer accept
 unchanged (unpacked mode, the engines' default).
 
@@ -27,7 +27,6 @@ has the ``gpu`` tests).
 
 from __future__ import annotations
 
-import base64
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -35,83 +34,7 @@ from typing import Any
 
 from verifiers.errors import WeightSyncError
 from verifiers.inference import transport
-
-# The classes reduce_tensor puts in a handle (tensor class, storage class): nothing else is rebuilt.
-_CLASSES = ("Tensor", "Parameter", "TypedStorage", "UntypedStorage")
-
-
-def _class(name: str) -> Any:
-    import torch
-
-    if name not in _CLASSES:
-        raise ValueError(f"IPC handle names class {name!r}; only {_CLASSES} are accepted")
-    return {
-        "Tensor": torch.Tensor,
-        "Parameter": torch.nn.Parameter,
-        "TypedStorage": torch.storage.TypedStorage,
-        "UntypedStorage": torch.UntypedStorage,
-    }[name]
-
-
-def encode_value(v: Any) -> Any:
-    """One argument of ``rebuild_cuda_tensor`` as JSON: bytes, dtypes and classes tagged."""
-    if isinstance(v, (bytes, bytearray)):
-        return {"b64": base64.b64encode(bytes(v)).decode()}
-    if isinstance(v, type):
-        return {"cls": v.__name__}
-    if type(v).__name__ == "dtype" and type(v).__module__ == "torch":
-        return {"dtype": str(v).removeprefix("torch.")}
-    if isinstance(v, (list, tuple)):  # torch.Size is a tuple
-        return [encode_value(x) for x in v]
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    raise TypeError(f"cannot encode {type(v).__name__} in an IPC handle")
-
-
-def decode_value(v: Any) -> Any:
-    if isinstance(v, dict):
-        if "b64" in v:
-            return base64.b64decode(v["b64"])
-        if "cls" in v:
-            return _class(str(v["cls"]))
-        if "dtype" in v:
-            import torch
-
-            dtype = getattr(torch, str(v["dtype"]), None)
-            if not isinstance(dtype, torch.dtype):
-                raise ValueError(f"IPC handle names dtype {v['dtype']!r}, not a torch dtype")
-            return dtype
-        raise ValueError(f"unknown tagged value in an IPC handle: {sorted(v)}")
-    if isinstance(v, list):
-        return [decode_value(x) for x in v]
-    return v
-
-
-def encode_handles(handles: list[dict[str, tuple]]) -> list[dict[str, list]]:
-    """``[{gpu_uuid: rebuild_cuda_tensor args}]`` (one per tensor) as JSON-safe lists."""
-    return [{str(k): encode_value(list(args)) for k, args in h.items()} for h in handles]
-
-
-def decode_handles(encoded: list[dict[str, list]]) -> list[dict[str, tuple]]:
-    """The inverse of :func:`encode_handles`: tuples ``rebuild_cuda_tensor`` takes.
-
-    Layout (torch's ``reduce_tensor``): ``[tensor_cls, size, stride, offset,
-    storage_cls, dtype, device, handle, size_bytes, offset_bytes, requires_grad,
-    ref_counter_handle, ref_counter_offset, event_handle, event_sync_required]``.
-    """
-    import torch
-
-    out: list[dict[str, tuple]] = []
-    for h in encoded:
-        one: dict[str, tuple] = {}
-        for gpu, args in h.items():
-            a = decode_value(args)
-            if len(a) != 15:
-                raise ValueError(f"IPC handle for {gpu} has {len(a)} fields; torch's reduce_tensor gives 15")
-            a[1], a[2] = torch.Size(a[1]), tuple(a[2])
-            one[gpu] = tuple(a)
-        out.append(one)
-    return out
+from verifiers.inference.ipc_handles import encode_handles
 
 
 def share(tensors: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:

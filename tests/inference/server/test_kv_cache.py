@@ -1,4 +1,4 @@
-"""Sizing vLLM's KV cache from the run (verifiers/inference/kv_cache.py) and what vf-rl asks for."""
+"""Sizing vLLM's KV cache from the run (verifiers/inference/server/kv_cache.py) and what vf-rl asks for."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verifiers.inference.kv_cache import (
+from verifiers.inference.server.kv_cache import (
     TOKEN_GRANULE,
     MiB,
     cache_dtype_bytes,

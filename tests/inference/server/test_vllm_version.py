@@ -1,4 +1,4 @@
-"""vf-vllm's vLLM range check and its finding of vLLM's API-server parts (verifiers/inference/vllm_version.py).
+"""vf-vllm's vLLM range check and its finding of vLLM's API-server parts (verifiers/inference/server/vllm_version.py).
 
 Pure: versions come from a stand-in for ``importlib.metadata.version``, modules from a
 stand-in for ``importlib.import_module``; no vLLM is imported.
@@ -14,7 +14,7 @@ import types
 import pytest
 
 from verifiers.errors import ConfigError
-from verifiers.inference import vllm_version as vv
+from verifiers.inference.server import vllm_version as vv
 
 
 def lookup(installed: dict[str, str]):
@@ -103,7 +103,7 @@ def test_setup_py_ranges_match_the_runtime_check(monkeypatch):
 
     captured = {}
     monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     monkeypatch.chdir(root)
     runpy.run_path(str(root / "setup.py"))
     extras = captured["extras_require"]
@@ -185,7 +185,7 @@ def test_serving_api_names_what_it_could_not_find():
 
 
 def test_importing_the_module_imports_no_vllm():
-    code = "import sys, verifiers.inference.vllm_version; print('vllm' in sys.modules)"
+    code = "import sys, verifiers.inference.server.vllm_version; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
