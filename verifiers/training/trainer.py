@@ -5,7 +5,7 @@ data flows forward through them:
 
     generation/producer.py   prompts -> env.a_generate through vf-vllm -> tokenized GeneratedBatch
     generation/generator.py  the producer, run ahead of training in a background thread (queue.py)
-    batch/advantages.py      rewards -> group-relative advantages
+    loss/advantages.py       rewards -> group-relative advantages (and the difficulty filter)
     batch/tensors.py         ProcessedOutputs -> TrainBatch -> this process's micro-batches
     batch/prepared.py        GeneratedBatch -> TrainBatch -> PreparedBatch (the micro-batches trained);
                              the trainer adds old / reference log-probs to it (its models)
@@ -14,6 +14,8 @@ data flows forward through them:
     weights/sync.py          weights -> server, after every optimizer step (server_link.py: client, syncer)
     weights/recovery.py      a lost server: wait for it, re-sync the weights, go on
     metrics/                 per-step metrics (step.py), their names, curves
+    types.py                 what crosses the stages: GeneratedBatch, PreparedBatch, Resync
+    processes.py             several processes (accelerate): one object to all, waiting together
     lifecycle/checkpoint.py  pending rollouts and the batch in training, saved (as data) with each checkpoint
     lifecycle/checkpoint_save.py  the order of a save (CheckpointSave), disk failures as one CheckpointError
     lifecycle/shutdown.py    SIGINT / SIGTERM: finish the step, save it, exit 130 / 143
@@ -48,7 +50,6 @@ from transformers import Trainer, TrainerCallback
 
 from verifiers.errors import ConfigError, StopRequested
 from verifiers.training.batch.prepared import (
-    PreparedBatch,
     batches_trained,
     eval_logprobs,
     prepare_batch,
@@ -59,21 +60,21 @@ from verifiers.training.config.assigned import resolved_config, with_epoch_steps
 from verifiers.training.config.batch_layout import plan_of
 from verifiers.training.config.fields import GRPOConfig
 from verifiers.training.generation.generator import BatchGenerator, build_generator
-from verifiers.training.generation.producer import GeneratedBatch, PromptTruncation, sampling_args_from_config
+from verifiers.training.generation.producer import PromptTruncation, sampling_args_from_config
 from verifiers.training.lifecycle import checkpoint as ckpt
 from verifiers.training.lifecycle.checkpoint_save import CheckpointSave, save_checkpoint
-from verifiers.training.lifecycle.processes import (
+from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
+from verifiers.training.loss.logprobs import sequence_logprobs
+from verifiers.training.loss.losses import compute_loss, step_loss_scale
+from verifiers.training.metrics import step as M
+from verifiers.training.processes import (
     broadcast,
     combine_metrics,
     max_over_processes,
     start_training_processes,
     wait_together,
 )
-from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
-from verifiers.training.loss.logprobs import sequence_logprobs
-from verifiers.training.loss.losses import compute_loss, step_loss_scale
-from verifiers.training.metrics import step as M
-from verifiers.training.weights.recovery import Resync
+from verifiers.training.types import GeneratedBatch, PreparedBatch, Resync
 from verifiers.training.weights.server_link import ServerLink
 from verifiers.training.weights.sync import (
     WeightSyncer,

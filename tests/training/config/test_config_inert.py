@@ -17,10 +17,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verifiers.errors import ConfigError  # noqa: E402
+from verifiers.training import processes  # noqa: E402
 from verifiers.training.config import assigned  # noqa: E402
 from verifiers.training.config import fields as config_mod  # noqa: E402
 from verifiers.training.config.fields import GRPOConfig, grpo_defaults  # noqa: E402
-from verifiers.training.lifecycle import processes  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

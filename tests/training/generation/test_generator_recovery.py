@@ -15,8 +15,8 @@ import pytest
 
 from verifiers.errors import GenerationError, ServerError, ServerUnreachableError, WeightSyncError
 from verifiers.training.generation.generator import BatchGenerator
-from verifiers.training.generation.producer import GeneratedBatch
-from verifiers.training.weights.recovery import Resync, sync_through_outages
+from verifiers.training.types import GeneratedBatch, Resync
+from verifiers.training.weights.recovery import sync_through_outages
 
 
 class FlakyServer:

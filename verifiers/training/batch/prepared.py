@@ -22,33 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from verifiers.training.batch.advantages import compute_advantages
 from verifiers.training.batch.tensors import TrainBatch, build_train_batch, split_batch
-from verifiers.training.generation.producer import GeneratedBatch
+from verifiers.training.loss.advantages import compute_advantages
 from verifiers.training.loss.logprobs import scoring_inputs, sequence_logprobs
 from verifiers.training.loss.losses import step_counts
 from verifiers.training.metrics import step as M
-
-
-@dataclass
-class PreparedBatch:
-    """The trained batch: this process's micro-batches, ready for the loss.
-
-    ``micro[m]`` holds ``input_ids_BT``, ``attention_mask_BT``, ``start`` and the token
-    tensors sliced to ``[:, start:]`` (``scoring_inputs``), ``advantages_B``, and, once the
-    trainer scored it, ``old_logprobs_BT`` / ``ref_logprobs_BT`` where ``scores_needed``
-    says. Saved as data in mid-batch checkpoints (lifecycle/checkpoint.py).
-    """
-
-    index: int
-    micro: list[dict[str, Any]]
-    step_counts: list[float] = field(default_factory=list)  # each optimizer step's loss normalizer
-    rollout_ids: list[str] = field(default_factory=list)
+from verifiers.training.types import GeneratedBatch, PreparedBatch
 
 
 def rollout_ids(batch: GeneratedBatch) -> list[str]:

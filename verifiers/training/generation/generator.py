@@ -44,7 +44,8 @@ from verifiers.training.generation.producer import (
     sampling_args_from_config,
 )
 from verifiers.training.generation.queue import BatchQueue
-from verifiers.training.weights.recovery import Resync, ServerRecovery
+from verifiers.training.types import Resync
+from verifiers.training.weights.recovery import ServerRecovery
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.generation.generator")

@@ -24,7 +24,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from verifiers.envs.model_client import client_url
@@ -36,15 +35,6 @@ from verifiers.utils.logging import warn_once
 logger = logging.getLogger("verifiers.training.weights.recovery")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Resync:
-    """What ``BatchGenerator.get(index, resync=True)`` returns instead of batch ``index`` when the
-    server came back from an outage: push the weights (the generator's ``resynced()`` is then
-    called) and ask for the batch again."""
-
-    index: int
 
 
 def warn_server_lost(err: BaseException, timeout: float) -> None:

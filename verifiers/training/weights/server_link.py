@@ -18,7 +18,7 @@ from typing import Any
 
 from verifiers.errors import ServerError
 from verifiers.inference.client import is_server_lost
-from verifiers.training.lifecycle.processes import broadcast, wait_together
+from verifiers.training.processes import broadcast, wait_together
 from verifiers.training.weights.recovery import sync_through_outages, wait_out_outage
 from verifiers.training.weights.sync import WeightSyncer, is_peft_model, serving_dtype
 
