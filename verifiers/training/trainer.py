@@ -11,6 +11,7 @@ data flows forward through them:
                              the trainer adds old / reference log-probs to it (its models)
     loss/logprobs.py         model -> per-token log-probs and entropy
     loss/losses.py           log-probs, advantages, masks -> loss
+    loss/reference.py        the KL term's reference model (Reference): its log-probs, its sync toward the policy
     weights/sync.py          weights -> server, after every optimizer step (server_link.py: client, syncer)
     weights/recovery.py      a lost server: wait for it, re-sync the weights, go on
     metrics/                 per-step metrics (step.py), their names, curves
@@ -51,41 +52,31 @@ from transformers import Trainer, TrainerCallback
 from verifiers.errors import ConfigError, StopRequested
 from verifiers.training.batch.prepared import (
     batches_trained,
-    eval_logprobs,
     prepare_batch,
     scores_needed,
     train_batch,
 )
 from verifiers.training.config.assigned import resolved_config, with_epoch_steps
-from verifiers.training.config.batch_layout import plan_of
 from verifiers.training.config.fields import GRPOConfig
 from verifiers.training.generation.generator import BatchGenerator, build_generator
 from verifiers.training.generation.producer import PromptTruncation, sampling_args_from_config
 from verifiers.training.lifecycle import checkpoint as ckpt
 from verifiers.training.lifecycle.checkpoint_save import CheckpointSave, save_checkpoint
 from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
-from verifiers.training.loss.logprobs import sequence_logprobs
-from verifiers.training.loss.losses import compute_loss, step_loss_scale
+from verifiers.training.loss.logprobs import eval_logprobs, sequence_logprobs
+from verifiers.training.loss.losses import compute_loss, loss_options, step_loss_scale
+from verifiers.training.loss.reference import Reference
 from verifiers.training.metrics import step as M
 from verifiers.training.processes import (
-    broadcast,
     combine_metrics,
     max_over_processes,
     start_training_processes,
     wait_together,
 )
+from verifiers.training.shards import no_gather, zero3_gather
 from verifiers.training.types import GeneratedBatch, PreparedBatch, Resync
 from verifiers.training.weights.server_link import ServerLink
-from verifiers.training.weights.sync import (
-    WeightSyncer,
-    check_tied_head,
-    is_peft_model,
-    make_reference,
-    mix_into_reference,
-    no_gather,
-    zero3_gather,
-    zero3_reference,
-)
+from verifiers.training.weights.sync import WeightSyncer, check_tied_head, is_peft_model
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.trainer")
@@ -155,11 +146,7 @@ class GRPOTrainer(Trainer):
             check_tied_head(model.get_base_model(), model, merged=args.lora_sync == "merged")
         self.env = env
         dataset = env.get_dataset()
-        self.plan = plan_of(args)
-        self.prompts_per_batch = self.plan.samples // args.num_generations
-        self.samples_per_step = (
-            args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
-        )
+        self.plan = args.plan
         # One ticket list for the whole run: a run counted in epochs gets its step count here.
         args = with_epoch_steps(args, len(dataset))
         eval_dataset = env.get_eval_dataset() if args.eval_strategy != "no" else None
@@ -171,9 +158,10 @@ class GRPOTrainer(Trainer):
         self._keep_fp32_master_weights()
         self._frozen_linears_in_autocast_dtype()
         self.server = ServerLink(args, self.accelerator, client)
-        self.ref_model = None
-        if args.beta > 0 and not is_peft_model(self.model):  # with PEFT: the adapter-disabled model
-            self.ref_model = self._make_ref_model()
+        self.reference = Reference(
+            lambda: self.model, self.accelerator, args,
+            peft=is_peft_model(self.model), zero3=self._zero3(), unwrap=self._unwrap, gather=self._gather(),
+        )  # fmt: skip
         self.metrics = M.MetricsAccumulator()
         self.generator: BatchGenerator | None = None
         self._prepared: PreparedBatch | None = None  # the batch in training
@@ -181,19 +169,8 @@ class GRPOTrainer(Trainer):
         self._started = False
         self._last_step_end = time.perf_counter()
         self._wait_s = 0.0
-        self.micro_per_batch = self.plan.micro_steps * args.num_iterations
-        self._loss_kwargs = dict(
-            beta=args.beta,
-            epsilon_low=args.epsilon,
-            epsilon_high=args.epsilon_high,
-            delta=args.delta,
-            is_cap=args.importance_sampling_cap,
-            is_mask_band=(args.importance_sampling_mask_low, args.importance_sampling_mask_high),
-            # dr_grpo's constant: the longest completion a sample can have.
-            max_completion_length=args.max_completion_length
-            or args.max_tokens
-            or (args.max_seq_len - args.max_prompt_length),
-        )
+        self.micro_per_batch = args.tickets_per_batch
+        self._loss_options = loss_options(args)
         self.add_callback(_StepEnd(self))
         wake = lambda: self.generator.interrupt() if self.generator else None  # noqa: E731
         self.stop_signals = StopSignals(announce=self.accelerator.is_main_process, on_first=wake)
@@ -326,7 +303,7 @@ class GRPOTrainer(Trainer):
             ref_logprobs_BT=inputs.get("ref_logprobs_BT"),
             step_count=inputs.get("step_count"),
             entropy_BT=entropy_BT,
-            **self._loss_kwargs,
+            **self._loss_options,
         )
         if inputs.get("step_count") is not None:
             # This micro-batch's share of the step's mean: undo Trainer's division by the
@@ -359,7 +336,7 @@ class GRPOTrainer(Trainer):
         return self._prepare_batch(batch)
 
     def _prepare_batch(self, batch: GeneratedBatch) -> PreparedBatch:
-        args, outputs, processed = self.args, batch.outputs, batch.processed
+        args = self.args
         pad_id = self.processing_class.pad_token_id
         pad_id = pad_id if pad_id is not None else self.processing_class.eos_token_id
         rewards, advantages_B, adv_stats, train = train_batch(batch, args, pad_id)
@@ -371,25 +348,16 @@ class GRPOTrainer(Trainer):
                 "mask_truncated_completions=True); raise max_tokens or set mask_truncated_completions=False",
                 batch.index,
             )
-        stats = M.rollout_metrics(outputs, processed, rewards)
-        stats.update({"zero_std_groups_frac": adv_stats["zero_std_groups_frac"], **batch.metrics})
-        if self.is_world_process_zero():
-            M.warn_batch_problems(stats, batch.index, len(outputs))
-        self.metrics.add(stats)
-        self.metrics.add(
-            {"time/generation_s": batch.generation_s, "policy_lag": batch.index - batch.policy_version}
-        )
-        if (
-            args.log_completions
-            and self.is_world_process_zero()
-            and self.state.global_step % args.logging_steps == 0
-        ):
-            wandb = "wandb" in (args.report_to or [])
-            adv = advantages_B.tolist()
-            tb = M.tensorboard_writer(self.callback_handler.callbacks)
-            M.log_samples(
-                outputs, rewards, adv, self.state.global_step, args.num_completions_to_print, wandb, tb
-            )
+        main, step = self.is_world_process_zero(), self.state.global_step
+        samples = args.log_completions and main and step % args.logging_steps == 0
+        M.record_batch(
+            self.metrics, batch, rewards, advantages_B, adv_stats["zero_std_groups_frac"],
+            main_process=main,
+            samples_at=step if samples else None,
+            num_samples=args.num_completions_to_print,
+            to_wandb="wandb" in (args.report_to or []),
+            tensorboard=M.tensorboard_writer(self.callback_handler.callbacks) if samples else None,
+        )  # fmt: skip
         prepared = prepare_batch(
             batch,
             train,
@@ -416,29 +384,10 @@ class GRPOTrainer(Trainer):
             if old:
                 micro["old_logprobs_BT"] = self._logprobs(self.model, ids, attn, start)
             if reference:
-                micro["ref_logprobs_BT"] = self._ref_logprobs(ids, attn, start)
+                micro["ref_logprobs_BT"] = self.reference.logprobs(ids, attn, start)
 
     def _logprobs(self, model, ids, attn, start) -> torch.Tensor:
         return eval_logprobs(model, ids, attn, start, self.args.temperature, self.args.device)
-
-    def _make_ref_model(self) -> torch.nn.Module:
-        """The frozen reference for the KL term: a copy of the policy, under ZeRO-3 its own engine
-        sharded like the policy (every rank builds it; each forward is then collective)."""
-        model = self._unwrap(self.model)
-        if self._zero3():
-            return zero3_reference(model, self.accelerator.state.deepspeed_plugin.deepspeed_config)
-        return make_reference(model).to(self.args.device)
-
-    def _ref_logprobs(self, ids, attn, start) -> torch.Tensor:
-        # Called on every rank for each of its micro-batches (_score): under ZeRO-3 the ranks
-        # hold the same number of them, so their collective forwards pair up.
-        if self.ref_model is not None:
-            # The policy's forward runs under accelerate's autocast (prepare_model); the reference,
-            # an unprepared copy of its fp32 master weights, must compute in the same precision.
-            with self.accelerator.autocast():
-                return self._logprobs(self.ref_model, ids, attn, start)
-        with self._unwrap(self.model).disable_adapter():  # PEFT: reference = base model
-            return self._logprobs(self.model, ids, attn, start)
 
     def _restored_batch(self, g: int) -> PreparedBatch | None:
         if self._resume_dir is None:
@@ -446,9 +395,6 @@ class GRPOTrainer(Trainer):
         rank = self.accelerator.process_index
         prepared, self._resume_dir = ckpt.load_prepared_batch(self._resume_dir, rank), None
         return prepared if prepared is not None and prepared.index == g else None
-
-    def _broadcast(self, obj: Any) -> Any:
-        return broadcast(self.accelerator, obj)
 
     # ---- server: generation, sync, eval (server_link.py) ---------------------------------------
     @property
@@ -458,11 +404,6 @@ class GRPOTrainer(Trainer):
     @property
     def syncer(self) -> WeightSyncer | None:
         return self.server.syncer
-
-    def _make_syncer(self) -> WeightSyncer:
-        return self.server.make_syncer(
-            self.accelerator.unwrap_model(self.model_wrapped), gather=self._gather()
-        )
 
     def _zero3(self) -> bool:
         return self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3
@@ -489,11 +430,8 @@ class GRPOTrainer(Trainer):
             result = self.server.sync(model, gather=self._gather(), on_outage=on_outage)
         self.metrics.add({"time/sync_s": result.seconds})
         if self.generator is not None:
-            self.generator.set_model(self._served_model_name())
+            self.generator.set_model(self.server.served_model_name)
             self.generator.resynced()
-
-    def _served_model_name(self) -> str:
-        return self.server.served_model_name
 
     def _ensure_started(self) -> None:
         """Once per ``train``: connect, push the current weights (the server may hold another run's;
@@ -511,7 +449,7 @@ class GRPOTrainer(Trainer):
         state = ckpt.load_generator_state(self._resume_dir) if self._resume_dir else None
         trained, _ = self._batches_trained()
         self.generator = build_generator(
-            self.env, self.client, self._served_model_name(),
+            self.env, self.client, self.server.served_model_name,
             PromptTruncation(self.train_dataset, self.env, self.processing_class, self.args.max_prompt_length),
             self.args, self.processing_class,
             trained=trained, state=state, total=self._total_batches(),
@@ -551,7 +489,7 @@ class GRPOTrainer(Trainer):
             self.server.sleep()
         if self.generator is not None:
             self.generator.mark_trained(self._batches_trained()[0])
-        self._maybe_sync_ref_model()
+        self.reference.after_step(self.state.global_step)
         now = time.perf_counter()
         train_s = (sync_start - self._last_step_end) - self._wait_s
         self.metrics.add(
@@ -580,7 +518,7 @@ class GRPOTrainer(Trainer):
         """The eval split's rollout metrics (main process: the one that talks to the server)."""
         sampling = sampling_args_from_config(self.args)
         coro = self.env.a_evaluate(
-            self.client, self._served_model_name(), sampling, max_concurrent=self._eval_concurrency()
+            self.client, self.server.served_model_name, sampling, max_concurrent=self._eval_concurrency()
         )
         outputs = self.generator.run(coro)
         stats = M.rollout_metrics(outputs, None, list(outputs.reward))
@@ -590,21 +528,6 @@ class GRPOTrainer(Trainer):
         """Eval rollouts in flight: ``per_device_eval_batch_size`` × processes, else ``max_concurrent``."""
         per_device = self.args.per_device_eval_batch_size
         return self.args.max_concurrent if per_device is None else per_device * self.accelerator.num_processes
-
-    def _maybe_sync_ref_model(self) -> None:
-        a = self.args
-        if (
-            self.ref_model is not None
-            and a.sync_ref_model
-            and self.state.global_step % a.ref_model_sync_steps == 0
-        ):
-            # Under ZeRO-3 both models are gathered a few tensors at a time: every rank gets here.
-            mix_into_reference(
-                self.accelerator.unwrap_model(self.ref_model),
-                self.accelerator.unwrap_model(self.model),
-                a.ref_model_mixup_alpha,
-                gather=self._gather(),
-            )
 
     # ---- lifecycle, logging, checkpoints --------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):

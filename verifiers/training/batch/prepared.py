@@ -11,7 +11,7 @@ batch) builds it in three stages:
    ``PreparedBatch``.
 3. The trainer, which owns the models, adds to each micro-batch the log-probs that
    ``scores_needed`` names (old policy, reference), computed now without gradients:
-   they must not move while the batch is trained (``eval_logprobs``).
+   they must not move while the batch is trained (``eval_logprobs``, loss/logprobs.py).
 
 The ``PreparedBatch`` is what the trainer hands out micro-batch by micro-batch, and
 what a checkpoint taken inside a trained batch saves (lifecycle/checkpoint.py).
@@ -28,7 +28,7 @@ import torch
 
 from verifiers.training.batch.tensors import TrainBatch, build_train_batch, split_batch
 from verifiers.training.loss.advantages import compute_advantages
-from verifiers.training.loss.logprobs import scoring_inputs, sequence_logprobs
+from verifiers.training.loss.logprobs import scoring_inputs
 from verifiers.training.loss.losses import step_counts
 from verifiers.training.metrics import step as M
 from verifiers.training.types import GeneratedBatch, PreparedBatch
@@ -115,16 +115,3 @@ def scores_needed(
     ones, detached, which are the same values. Reference log-probs for the KL term (``beta > 0``).
     """
     return num_iterations > 1 or micro_steps > gradient_accumulation_steps, beta > 0
-
-
-@torch.no_grad()
-def eval_logprobs(model, ids, attn, start, temperature: float, device: Any) -> torch.Tensor:
-    """``model``'s log-probs of ``ids[:, start:]``, on the CPU, computed in eval mode."""
-    # Eval mode: dropout (e.g. LoRA's) would make stored log-probs a random draw.
-    was_training = model.training
-    model.eval()
-    try:
-        lp, _ = sequence_logprobs(model, ids.to(device), attn.to(device), start, temperature)
-    finally:
-        model.train(was_training)
-    return lp.cpu()

@@ -28,7 +28,7 @@ logger = logging.getLogger("verifiers.training.weights.server_link")
 class ServerLink:
     """``connect()``, then ``sync(model, gather=..., on_outage=...)`` after every optimizer step.
 
-    ``gather`` is ``sync.zero3_gather`` under ZeRO-3, else ``sync.no_gather``.
+    ``gather`` is ``shards.zero3_gather`` under ZeRO-3, else ``shards.no_gather``.
     """
 
     def __init__(self, args: Any, accelerator: Any, client: Any = None):
