@@ -14,6 +14,7 @@ data flows forward through them:
     loss/reference.py        the KL term's reference model (Reference): its log-probs, its sync toward the policy
     weights/sync.py          weights -> server, after every optimizer step (server_link.py: client, syncer)
     weights/recovery.py      a lost server: wait for it, re-sync the weights, go on
+    weights/precision.py     the trained weights' dtypes, set once (fp32 masters, a frozen base in bf16)
     metrics/                 per-step metrics (step.py), their names, curves
     types.py                 what crosses the stages: GeneratedBatch, PreparedBatch, Resync
     processes.py             several processes (accelerate): one object to all, waiting together
@@ -75,6 +76,7 @@ from verifiers.training.processes import (
 )
 from verifiers.training.shards import no_gather, zero3_gather
 from verifiers.training.types import GeneratedBatch, PreparedBatch, Resync
+from verifiers.training.weights.precision import frozen_linears_in_autocast_dtype, keep_fp32_master_weights
 from verifiers.training.weights.server_link import ServerLink
 from verifiers.training.weights.sync import WeightSyncer, check_tied_head, is_peft_model
 from verifiers.utils.logging import warn_once
@@ -88,16 +90,6 @@ class _StepEnd(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer._after_optimizer_step()
-
-
-def _deepspeed_mixed_precision(args: GRPOConfig, accelerator: Any) -> bool:
-    """Whether DeepSpeed trains with bf16/fp16 on (then its optimizer keeps fp32 master weights)."""
-    config = accelerator.state.deepspeed_plugin.deepspeed_config
-    for key, on in (("bf16", args.bf16), ("fp16", args.fp16)):
-        enabled = (config.get(key) or {}).get("enabled", False)
-        if enabled is True or (enabled == "auto" and on):
-            return True
-    return False
 
 
 def _ticket(items: list[int]) -> dict[str, int]:
@@ -155,8 +147,14 @@ class GRPOTrainer(Trainer):
         # is refused now, not at the first batch.
         PromptTruncation(dataset, env, processing_class, args.max_prompt_length).check_fits()
         super().__init__(model=model, args=args, callbacks=callbacks, optimizers=optimizers, **data)
-        self._keep_fp32_master_weights()
-        self._frozen_linears_in_autocast_dtype()
+        engine = "deepspeed" if self.is_deepspeed_enabled else ("fsdp" if self.is_fsdp_enabled else None)
+        keep_fp32_master_weights(
+            self.model, args, self.accelerator, engine=engine, log=self.is_world_process_zero()
+        )
+        if engine is None:  # (the engines own their parameters: nothing to unwrap)
+            frozen_linears_in_autocast_dtype(
+                self._unwrap(self.model), args, engine=None, log=self.is_world_process_zero()
+            )
         self.server = ServerLink(args, self.accelerator, client)
         self.reference = Reference(
             lambda: self.model, self.accelerator, args,
@@ -176,78 +174,6 @@ class GRPOTrainer(Trainer):
         self.stop_signals = StopSignals(announce=self.accelerator.is_main_process, on_first=wake)
         # After _StepEnd: a stop saves the synced step.
         self.add_callback(StopAtStepEnd(self.accelerator, self.stop_signals))
-
-    def _keep_fp32_master_weights(self) -> None:
-        """Upcast trainable bf16/fp16 parameters to fp32 (compute stays bf16 under ``args.bf16``'s
-        autocast), unless DeepSpeed keeps fp32 masters of its own.
-
-        An AdamW step moves a weight by about ``lr`` (1e-6 to 1e-5 here); a bf16 weight of size
-        0.02 has a spacing of 1.2e-4, so most updates round back to the old value and the run
-        silently stops learning. DeepSpeed with bf16/fp16 on keeps fp32 partitions; FSDP2 under
-        mixed precision upcasts as done here (accelerate's ``fsdp2_prepare_model``); PEFT keeps its
-        adapters in fp32 already (``autocast_adapter_dtype``), but not ``modules_to_save``."""
-        half = (torch.bfloat16, torch.float16)
-        trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad and p.dtype in half]
-        if not trainable:
-            return
-        if self.is_deepspeed_enabled:
-            if not _deepspeed_mixed_precision(self.args, self.accelerator):
-                warn_once(
-                    logger,
-                    "bf16-weights-under-deepspeed",
-                    "%d trainable parameters are %s and DeepSpeed runs without bf16/fp16, so it keeps no "
-                    "fp32 master copy: most updates round away; set bf16=True (or load the model in fp32)",
-                    len(trainable),
-                    trainable[0][1].dtype,
-                )
-            return
-        dtype = trainable[0][1].dtype
-        for _, p in trainable:
-            p.data = p.data.to(torch.float32)
-        if self.is_world_process_zero():
-            compute = "bf16 autocast" if self.args.bf16 else ("fp16 autocast" if self.args.fp16 else "fp32")
-            logger.info(
-                "full fine-tuning keeps fp32 master weights: %d trainable %s parameters upcast to fp32 "
-                "(compute: %s; %s updates round away below lr ~1e-4); LoRA or ZeRO-3 use less memory",
-                len(trainable),
-                str(dtype).removeprefix("torch."),
-                compute,
-                str(dtype).removeprefix("torch."),
-            )
-
-    def _frozen_linears_in_autocast_dtype(self) -> None:
-        """Under bf16/fp16 autocast, store the frozen weights of the body's Linear layers (a LoRA
-        base) in that dtype, once.
-
-        Autocast casts a weight at every matmul and keeps the cast only for leaves that require
-        grad, so a frozen fp32 base (how a model loads on CPU) is cast again in every forward and
-        backward. Stored in the compute dtype, each matmul reads the values autocast's cast gave
-        (the same rounding), so results do not change; on CPU (SmolLM2 + LoRA, 700 tokens,
-        forward + backward) 2.24 s became 1.95 s, and the base takes half the memory. Left
-        alone: trainable weights (fp32 masters), the input and output embeddings (a lookup or
-        the chunked head reads them outside a Linear's forward), and DeepSpeed/FSDP models
-        (their engines own the parameters)."""
-        half = torch.bfloat16 if self.args.bf16 else (torch.float16 if self.args.fp16 else None)
-        if half is None or self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            return
-        model = self._unwrap(self.model)
-        skip = {
-            id(m.weight)
-            for m in (model.get_input_embeddings(), model.get_output_embeddings())
-            if m is not None
-        }
-        cast = 0
-        for module in model.modules():
-            if type(module) is not torch.nn.Linear or id(module.weight) in skip:
-                continue
-            for p in (module.weight, module.bias):
-                if p is not None and not p.requires_grad and p.dtype == torch.float32:
-                    p.data = p.data.to(half)
-                    cast += 1
-        if cast and self.is_world_process_zero():
-            logger.info(
-                "%d frozen Linear tensors stored in %s (the autocast dtype they compute in)", cast, half
-            )
 
     # ---- Trainer hooks: data -------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
