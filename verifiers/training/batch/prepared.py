@@ -4,7 +4,7 @@ On a generation batch's first step ticket every process (each receives the whole
 batch) builds it in three stages:
 
 1. ``train_batch``: per-rollout rewards -> group-relative advantages
-   (advantages.py) -> one padded ``TrainBatch`` of every sample (tensors.py).
+   (loss/advantages.py) -> one padded ``TrainBatch`` of every sample (tensors.py).
 2. ``prepare_batch``: this process's slice of it, cut into the trained batch's
    micro-batches, each trimmed to what the loss needs, and each optimizer step's
    loss normalizer counted over every process's share (losses.py). The result is a

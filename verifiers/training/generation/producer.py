@@ -349,7 +349,7 @@ class RolloutProducer:
 
     async def produce(self, index: int, policy_version: int) -> GeneratedBatch:
         start = time.perf_counter()
-        # Letters as in advantages.py: G groups per batch (one per prompt), K rollouts per group.
+        # Letters as in loss/advantages.py: G groups per batch (one per prompt), K rollouts per group.
         K, G = self.num_generations, self.num_prompts
         kept: list[GenerateOutputs] = []  # single-group outputs
         dropped: list[GenerateOutputs] = []
