@@ -1041,7 +1041,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "median_step_s": median_step,
         "faults": [dataclasses.asdict(f) for f in faults],
         "comparison": result,
-        "detections_within_bounds": dict(zip(("within", "judged"), within_bounds(faults, args.step_s))),
+        "detections_within_bounds": dict(zip(("within", "judged"), within_bounds(faults, args.step_s), strict=True)),
         "notes": record["notes"],
         "closing": line,
     }  # fmt: skip

@@ -451,7 +451,8 @@ def zero3_one_process(ctx: Context) -> str:
     import torch
 
     from verifiers.training.loss.losses import compute_loss
-    from verifiers.training.weights.sync import WeightSyncer, zero3_gather
+    from verifiers.training.shards import zero3_gather
+    from verifiers.training.weights.sync import WeightSyncer
 
     with _one_rank_group("nccl" if ctx.cuda else "gloo"):
         model = _load(ctx.tiny(), ctx, torch.float32)

@@ -146,7 +146,7 @@ def test_drain_waits_for_idle_gloo_workers():
     run_clean(
         f"""
         import os, torch, torch.distributed as dist
-        from verifiers.training.lifecycle.processes import _gloo_worker_states, drain_gloo_workers
+        from verifiers.training.processes import _gloo_worker_states, drain_gloo_workers
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str({_free_port()}))
         dist.init_process_group("gloo", rank=0, world_size=1)
         from torch.nn.parallel import DistributedDataParallel as DDP

@@ -1,4 +1,4 @@
-"""The package's imports run one way: no cycle, and training's stages in their order.
+"""The package's imports run one way: no cycle, and every package in its tier.
 
 Read from the source with ``ast`` (nothing is imported). An import counts where it is
 written: at module level, in a class body, or under ``if TYPE_CHECKING:`` (a real design
@@ -9,9 +9,15 @@ a function is *lazy*. The implicit import of a parent package is not counted.
 - Lazy imports defer a cost, they do not excuse a cycle: the graph of every import has
   none either, but for ``KNOWN_LAZY_CYCLES`` (being redesigned; the test fails once one is
   gone, so that the list only shrinks).
-- Every import, lazy or not, goes down the layers or stays in its layer
-  (``test_imports_follow_the_layers``): the rest of the package <- training's config <- its
-  stages <- trainer.py <- rl <- cli, with the exceptions in ``ALLOWED``.
+- ``TIERS`` orders the packages, lowest first. Every import, lazy or not, goes strictly
+  down the tiers (``test_imports_go_down_the_tiers``): never up, and never sideways, between
+  two packages of one tier (``verifiers.inference.server`` and ``verifiers.inference.client``,
+  the two processes, share one tier so that neither imports the other). Inside one package
+  (the longest ``TIERS`` prefix a module matches) imports are free, but for cycles.
+- A package's ``__init__`` may import its own subpackages: it is their facade, above them
+  (``verifiers`` itself, the top-level facade, has the tier just below the cli).
+- Seen as packages (the ``TIERS`` prefixes), the graph has no cycle either
+  (``test_no_package_cycle``); the tiers imply it, this names it.
 """
 
 from __future__ import annotations
@@ -24,30 +30,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "verifiers"
 
-# (module prefix, layer); the longest prefix that matches wins. Everything else in
-# verifiers/ (types, errors, envs, parsers, rubrics, tokenization, inference, utils, models,
-# compat, ...) is layer 0: it never imports training or the cli.
-LAYERS: dict[str, int] = {
-    "verifiers.training.config": 1,
-    "verifiers.training.generation": 2,
-    "verifiers.training.batch": 2,
-    "verifiers.training.loss": 2,
-    "verifiers.training.weights": 2,
-    "verifiers.training.lifecycle": 2,
-    "verifiers.training.metrics": 2,
-    "verifiers.training.trainer": 3,
-    "verifiers.training.rl": 4,
-    "verifiers.training": 4,  # the package's __init__: its public names, from every layer
-    "verifiers.cli": 5,
-}
+# The tiers, lowest first: a module's package is the longest prefix below that it matches, its
+# tier that prefix's place in this list. An import goes to a lower tier or stays in its package.
+TIERS: list[tuple[str, ...]] = [
+    # the rest of the package: what environments are made of, and the inference server's two sides
+    ("verifiers.errors", "verifiers.data"),  # what fails; the bundled datasets (pure data)
+    ("verifiers.failures",),  # why a rollout failed: kinds of errors
+    ("verifiers.types",),
+    ("verifiers.utils",),  # no domain: knows no environment, parser or rubric (nor compat)
+    ("verifiers.compat",),  # the past: old paths, old names refused with a reason, old signatures
+    ("verifiers.models",),
+    ("verifiers.parsers",),
+    ("verifiers.rubrics",),
+    ("verifiers.tokenization",),
+    ("verifiers.envs",),
+    ("verifiers.inference",),  # what both processes share (transport, ...)
+    ("verifiers.inference.server", "verifiers.inference.client"),  # the vLLM process; the trainer's side
+    # training: config <- what crosses the stages <- the stages <- trainer.py <- rl
+    ("verifiers.training.config",),
+    ("verifiers.training.types", "verifiers.training.processes", "verifiers.training.shards"),
+    ("verifiers.training.metrics",),  # names and sums of numbers
+    ("verifiers.training.loss",),  # pure math: advantages, log-probs, losses
+    ("verifiers.training.batch",),  # a generated batch made ready for the loss
+    ("verifiers.training.weights",),  # weights -> server, and riding out its outages
+    ("verifiers.training.generation",),  # prompts -> rollouts, ahead of training
+    ("verifiers.training.lifecycle",),  # checkpoints, heartbeat, shutdown: around the stages
+    ("verifiers.training.trainer",),  # wiring only
+    ("verifiers.training.rl",),
+    ("verifiers.training",),  # the package's __init__: its public names
+    ("verifiers",),  # the top-level __init__ alone (FACADE): every public name
+    ("verifiers.cli",),
+]
 FACADE = "verifiers"
-"""The top-level ``__init__``: every public name, so the layer of the cli (entry points may use it)."""
-FACADE_LAYER = 5
+"""The top-level ``__init__``: every public name, below the cli only (entry points may use it)."""
 
-# (importer prefix, imported module): a dependency that crosses the layers on purpose.
-ALLOWED: dict[tuple[str, str], str] = {}
+PREFIX_TIER: dict[str, int] = {prefix: t for t, tier in enumerate(TIERS) for prefix in tier}
 
-# Being redesigned in this change (issue 24): the lead removes each entry as it is fixed.
+
+# Being redesigned: the lead removes each entry as it is fixed (empty, and staying so).
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 KNOWN_LAZY_CYCLES: list[set[str]] = []
 
@@ -151,11 +171,27 @@ def _explain(cycle: list[str], edges: list[Import]) -> str:
     return "cycle among " + ", ".join(cycle) + ":\n  " + "\n  ".join(inside)
 
 
-def layer(module: str) -> int:
+def package(module: str) -> str:
+    """The package a module belongs to: the longest ``TIERS`` prefix it matches (``""`` if none)."""
     if module == FACADE:
-        return FACADE_LAYER
-    matches = [p for p in LAYERS if module == p or module.startswith(p + ".")]
-    return LAYERS[max(matches, key=len)] if matches else 0
+        return FACADE
+    matches = [p for p in PREFIX_TIER if p != FACADE and (module == p or module.startswith(p + "."))]
+    return max(matches, key=len) if matches else ""
+
+
+def tier(module: str) -> int:
+    return PREFIX_TIER[package(module)]
+
+
+def _facade_of(imp: Import) -> bool:
+    """A package's ``__init__`` importing its own subtree: its facade, above what it gathers."""
+    path = MODULES.get(imp.importer)
+    return path is not None and path.name == "__init__.py" and imp.imported.startswith(imp.importer + ".")
+
+
+def _against_the_tiers(imp: Import) -> bool:
+    a, b = package(imp.importer), package(imp.imported)
+    return a != b and not _facade_of(imp) and tier(imp.imported) >= tier(imp.importer)
 
 
 # -- the tests ----------------------------------------------------------------------------------
@@ -165,11 +201,33 @@ def test_the_walk_sees_the_imports_it_must():
     """Guards the parser: known imports of each kind are found, with the right kind."""
     by_pair = {(i.importer, i.imported): i for i in IMPORTS}
     eager = by_pair[("verifiers.training.trainer", "verifiers.training.weights.sync")]
-    lazy = by_pair[("verifiers.cli.vllm", "verifiers.inference.server.main")]
+    lazy = by_pair[("verifiers.training.generation.producer", "verifiers.training.loss.advantages")]
     assert not eager.lazy and lazy.lazy
     assert ("verifiers.cli.rl", "verifiers.cli.rl.plan") in by_pair  # `from pkg.mod import name`
     assert not any(i.importer == i.imported for i in IMPORTS)
     assert len(MODULES) > 100 and len(IMPORTS) > 300
+
+
+def test_the_tiers_are_read_as_meant():
+    """Guards ``package``/``tier``: the longest prefix wins, and a tier's packages are apart."""
+    assert package("verifiers.training.loss.advantages") == "verifiers.training.loss"
+    assert package("verifiers.training.trainer") == "verifiers.training.trainer"
+    assert package("verifiers.training") == "verifiers.training"
+    assert tier("verifiers.training.types") == tier("verifiers.training.processes")
+    assert tier("verifiers.training.loss") < tier("verifiers.training.batch") < tier("verifiers.cli")
+    sideways = Import("verifiers.training.types", "verifiers.training.processes", 1, False)
+    assert _against_the_tiers(sideways)
+    assert not _against_the_tiers(Import("verifiers.envs.tool", "verifiers.envs.environment", 1, False))
+
+
+def test_every_module_has_a_package():
+    """A new top-level package or module, or a loose module under training/, gets its tier (and
+    its line in docs/architecture.md)."""
+    loose = [m for m in MODULES if m != FACADE and not package(m)]
+    loose += [
+        m for m in MODULES if m.startswith("verifiers.training.") and package(m) == "verifiers.training"
+    ]
+    assert not loose, f"give these a tier in TIERS (a stage package for training/): {loose}"
 
 
 def test_no_import_cycle():
@@ -186,38 +244,39 @@ def test_no_import_cycle_even_through_lazy_imports():
     assert not gone, f"no longer a cycle, remove from KNOWN_LAZY_CYCLES: {gone}"
 
 
-def test_every_training_module_is_in_a_stage():
-    """A new module under training/ goes into a stage package (or is trainer.py), so it has a layer."""
-    loose = [
-        m
-        for m in MODULES
-        if m.startswith("verifiers.training.")
-        and max((p for p in LAYERS if m == p or m.startswith(p + ".")), key=len) == "verifiers.training"
+def test_no_package_cycle():
+    """Packages as nodes (``verifiers.utils``, ``verifiers.envs``, ``verifiers.training.batch``, ...),
+    every import, lazy or not, as an edge."""
+    edges = [
+        Import(package(i.importer), package(i.imported), i.line, i.lazy)
+        for i in IMPORTS
+        if package(i.importer) != package(i.imported) and not _facade_of(i)
     ]
-    assert not loose, (
-        f"put these in a stage package of verifiers/training/ (and in docs/architecture.md): {loose}"
-    )
+    cycles = _cycles(edges)
+    assert not cycles, "\n".join(_explain(c, edges) for c in cycles)
 
 
-def test_imports_follow_the_layers():
+def test_imports_go_down_the_tiers():
     breaks = {}
     for imp in IMPORTS:
-        if layer(imp.imported) <= layer(imp.importer):
-            continue
-        if any(imp.importer.startswith(p) and imp.imported == m for p, m in ALLOWED):
-            continue
-        breaks.setdefault((imp.importer, imp.imported), imp)
-    new = [str(i) for pair, i in sorted(breaks.items()) if pair not in KNOWN_LAYER_BREAKS]
-    assert not new, (
-        "imports against the layers (the rest <- training.config <- training stages <- trainer <- rl <- cli):\n  "
-        + "\n  ".join(new)
-    )
-    gone = sorted(KNOWN_LAYER_BREAKS - set(breaks))
-    assert not gone, f"fixed, remove from KNOWN_LAYER_BREAKS: {gone}"
+        if _against_the_tiers(imp):
+            breaks.setdefault((imp.importer, imp.imported), imp)
+    excused = KNOWN_LAYER_BREAKS
+    new = [str(i) for pair, i in sorted(breaks.items()) if pair not in excused]
+    order = " <- ".join("/".join(p.removeprefix("verifiers.") for p in t) for t in TIERS)
+    assert not new, f"imports up or sideways against the tiers ({order}):\n  " + "\n  ".join(new)
+    gone = sorted(excused - set(breaks))
+    assert not gone, f"fixed, remove from the exception sets: {gone}"
+
+
+def test_the_known_exceptions_are_empty():
+    """No exception anywhere: the layer breaks and lazy cycles lists stay empty."""
+    assert not KNOWN_LAYER_BREAKS and not KNOWN_LAZY_CYCLES
 
 
 def test_inference_and_the_rest_never_import_training_or_the_cli():
-    """The layer-0 packages, spelled out (the layer test covers them; this names the rule users rely on)."""
+    """The packages below training, spelled out (the tier test covers them; this names the rule users rely on)."""
+    first_training = PREFIX_TIER["verifiers.training.config"]
     for imp in IMPORTS:
-        if layer(imp.importer) == 0 and imp.imported != "verifiers.training.weights.names":
-            assert layer(imp.imported) == 0, str(imp)
+        if imp.importer != FACADE and tier(imp.importer) < first_training:
+            assert tier(imp.imported) < first_training, str(imp)

@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     import verifiers as vf
     import verifiers.training.trainer as trainer_module
     from verifiers.training.loss.logprobs import sequence_logprobs
+    from verifiers.training.processes import broadcast
 
     real_gather = trainer_module.zero3_gather
 
@@ -191,27 +192,37 @@ def main(argv: list[str] | None = None) -> None:
                     RECORD["ref_logprobs"][key] = out["ref_logprobs_BT"][b][mask[b]].tolist()
             return out
 
-        def _ref_logprobs(self, ids, attn, start):
-            RECORD["ref_forwards"] += 1
-            return super()._ref_logprobs(ids, attn, start)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            reference, logprobs, after_step = (
+                self.reference,
+                self.reference.logprobs,
+                self.reference.after_step,
+            )
 
-        def _maybe_sync_ref_model(self):
-            if self.ref_model is None:
-                return super()._maybe_sync_ref_model()
-            ref, policy = (self.accelerator.unwrap_model(m) for m in (self.ref_model, self.model))
-            before, current = full_params(ref), full_params(policy)
-            mixing.append(True)
-            try:
-                super()._maybe_sync_ref_model()
-            finally:
-                mixing.pop()
-            after, alpha = full_params(ref), self.args.ref_model_mixup_alpha
-            if any(not torch.equal(after[n], before[n]) for n in after):
-                expected = {n: alpha * current[n] + (1 - alpha) * before[n] for n in after}
-                RECORD["ref_mixes"].append(
-                    [max(float((after[n] - expected[n]).abs().max()) for n in after),
-                     max(float((after[n] - before[n]).abs().max()) for n in after)]
-                )  # fmt: skip
+            def counted_logprobs(ids, attn, start):
+                RECORD["ref_forwards"] += 1
+                return logprobs(ids, attn, start)
+
+            def recorded_after_step(step):
+                if reference.model is None:
+                    return after_step(step)
+                ref, policy = (self.accelerator.unwrap_model(m) for m in (reference.model, self.model))
+                before, current = full_params(ref), full_params(policy)
+                mixing.append(True)
+                try:
+                    after_step(step)
+                finally:
+                    mixing.pop()
+                after, alpha = full_params(ref), self.args.ref_model_mixup_alpha
+                if any(not torch.equal(after[n], before[n]) for n in after):
+                    expected = {n: alpha * current[n] + (1 - alpha) * before[n] for n in after}
+                    RECORD["ref_mixes"].append(
+                        [max(float((after[n] - expected[n]).abs().max()) for n in after),
+                         max(float((after[n] - before[n]).abs().max()) for n in after)]
+                    )  # fmt: skip
+
+            reference.logprobs, reference.after_step = counted_logprobs, recorded_after_step
 
     def full_params(model) -> dict:
         """Every parameter, whole (gathered on every rank under ZeRO-3), as float32 copies."""
@@ -232,12 +243,12 @@ def main(argv: list[str] | None = None) -> None:
             sample = None
             if t.accelerator.is_main_process:
                 out = t.client.sync_openai.completions.create(
-                    model=t._served_model_name(), prompt="Count to three.", max_tokens=12, logprobs=1,
+                    model=t.server.served_model_name, prompt="Count to three.", max_tokens=12, logprobs=1,
                     temperature=1.0, extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True},
                 )  # fmt: skip
                 c = out.choices[0]
                 sample = (list(c.prompt_token_ids), list(c.token_ids), list(c.logprobs.token_logprobs))
-            prompt, completion, server_lp = t._broadcast(sample)
+            prompt, completion, server_lp = broadcast(t.accelerator, sample)
             ids = torch.tensor([prompt + completion])
             with torch.no_grad():
                 lp, _ = sequence_logprobs(t.model, ids, torch.ones_like(ids), len(prompt))
@@ -327,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
         global_step=trainer.state.global_step,
         ref_local_numel=sum(
             int(p.ds_tensor.numel()) if hasattr(p, "ds_tensor") else p.numel()
-            for p in (trainer.ref_model.parameters() if trainer.ref_model is not None else [])
+            for p in (trainer.reference.model.parameters() if trainer.reference.model is not None else [])
         ),
         log_history=trainer.state.log_history if rank == 0 else [],
     )

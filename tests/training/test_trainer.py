@@ -41,6 +41,7 @@ from tests.doubles.trainer import (  # noqa: E402
     train_log,
 )
 from verifiers.errors import GenerationError  # noqa: E402
+from verifiers.training.shards import no_gather  # noqa: E402
 
 
 def no_generator_threads() -> bool:
@@ -385,13 +386,13 @@ def test_ds3_gather_and_eval_batch_size_are_honoured(tiny_model_dir, fake_server
         grpo_args(tmp_path, max_concurrent=4),
         env=recording(make_env()),
     )
-    assert default._make_syncer().max_tensors == 8
+    assert default.server.make_syncer(default.model, gather=no_gather).max_tensors == 8
     default.evaluate()
     args = grpo_args(
         tmp_path, max_concurrent=4, ds3_gather_for_generation=False, per_device_eval_batch_size=3
     )
     trainer = make_trainer(tiny_model_dir, RecordingClient(fake_server), args, env=recording(make_env()))
-    assert trainer._make_syncer().max_tensors == 1
+    assert trainer.server.make_syncer(trainer.model, gather=no_gather).max_tensors == 1
     trainer.evaluate()
     assert seen == [4, 3]  # None: max_concurrent; else per_device_eval_batch_size × 1 process
 
@@ -421,7 +422,7 @@ class LogprobCheck(TrainerCallback):
         t = self.trainer
         extra = {"return_token_ids": True, "return_tokens_as_token_ids": True}
         out = t.client.sync_openai.completions.create(
-            model=t._served_model_name(), prompt="Count to three.", max_tokens=12, logprobs=1, temperature=1.0,
+            model=t.server.served_model_name, prompt="Count to three.", max_tokens=12, logprobs=1, temperature=1.0,
             extra_body=extra,
         )  # fmt: skip
         choice = out.choices[0]
@@ -481,7 +482,7 @@ def test_server_lora_syncs_adapter(tiny_model_dir, vllm_server, tmp_path):
     check = LogprobCheck(trainer)
     trainer.add_callback(check)
     trainer.train()
-    assert trainer.syncer.mode == "lora" and trainer._served_model_name() == "vf-lora"
+    assert trainer.syncer.mode == "lora" and trainer.server.served_model_name == "vf-lora"
     assert len(check.gaps) == 2 and max(check.gaps) < TOL, check.gaps
     first = train_log(trainer)[0]
     assert abs(first["importance_ratio/mean"] - 1.0) < TOL

@@ -1,9 +1,10 @@
 """GRPO training, one subpackage per stage of a step (docs/architecture.md draws one step).
 
-Dependencies run one way: ``config`` <- the stages (``generation``, ``batch``, ``loss``,
-``weights``, ``lifecycle``, ``metrics``) <- ``trainer.py`` (wiring only) <- ``rl``
-(tests/test_import_graph.py checks it). The public names below import torch on first
-use; ``import verifiers.training`` stays light.
+Dependencies run one way, each package importing only those before it: ``config`` <-
+``types.py`` (what crosses the stages), ``processes.py`` and ``shards.py`` <- the stages
+``metrics`` <- ``loss`` <- ``batch`` <- ``weights`` <- ``generation`` <- ``lifecycle`` <-
+``trainer.py`` (wiring only) <- ``rl`` (tests/test_import_graph.py checks it). The public
+names below import torch on first use; ``import verifiers.training`` stays light.
 """
 
 from __future__ import annotations

@@ -5,15 +5,19 @@ data flows forward through them:
 
     generation/producer.py   prompts -> env.a_generate through vf-vllm -> tokenized GeneratedBatch
     generation/generator.py  the producer, run ahead of training in a background thread (queue.py)
-    batch/advantages.py      rewards -> group-relative advantages
+    loss/advantages.py       rewards -> group-relative advantages (and the difficulty filter)
     batch/tensors.py         ProcessedOutputs -> TrainBatch -> this process's micro-batches
     batch/prepared.py        GeneratedBatch -> TrainBatch -> PreparedBatch (the micro-batches trained);
                              the trainer adds old / reference log-probs to it (its models)
     loss/logprobs.py         model -> per-token log-probs and entropy
     loss/losses.py           log-probs, advantages, masks -> loss
+    loss/reference.py        the KL term's reference model (Reference): its log-probs, its sync toward the policy
     weights/sync.py          weights -> server, after every optimizer step (server_link.py: client, syncer)
-    weights/recovery.py      a lost server: wait for it, re-sync the weights, go on
+    inference/client/recovery.py  a lost server: wait for it, re-sync the weights, go on
+    weights/precision.py     the trained weights' dtypes, set once (fp32 masters, a frozen base in bf16)
     metrics/                 per-step metrics (step.py), their names, curves
+    types.py                 what crosses the stages: GeneratedBatch, PreparedBatch, Resync
+    processes.py             several processes (accelerate): one object to all, waiting together
     lifecycle/checkpoint.py  pending rollouts and the batch in training, saved (as data) with each checkpoint
     lifecycle/checkpoint_save.py  the order of a save (CheckpointSave), disk failures as one CheckpointError
     lifecycle/shutdown.py    SIGINT / SIGTERM: finish the step, save it, exit 130 / 143
@@ -48,43 +52,33 @@ from transformers import Trainer, TrainerCallback
 
 from verifiers.errors import ConfigError, StopRequested
 from verifiers.training.batch.prepared import (
-    PreparedBatch,
     batches_trained,
-    eval_logprobs,
     prepare_batch,
     scores_needed,
     train_batch,
 )
 from verifiers.training.config.assigned import resolved_config, with_epoch_steps
-from verifiers.training.config.batch_layout import plan_of
 from verifiers.training.config.fields import GRPOConfig
 from verifiers.training.generation.generator import BatchGenerator, build_generator
-from verifiers.training.generation.producer import GeneratedBatch, PromptTruncation, sampling_args_from_config
+from verifiers.training.generation.producer import PromptTruncation, sampling_args_from_config
 from verifiers.training.lifecycle import checkpoint as ckpt
 from verifiers.training.lifecycle.checkpoint_save import CheckpointSave, save_checkpoint
-from verifiers.training.lifecycle.processes import (
-    broadcast,
+from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
+from verifiers.training.loss.logprobs import eval_logprobs, sequence_logprobs
+from verifiers.training.loss.losses import compute_loss, loss_options, step_loss_scale
+from verifiers.training.loss.reference import Reference
+from verifiers.training.metrics import step as M
+from verifiers.training.processes import (
     combine_metrics,
     max_over_processes,
     start_training_processes,
     wait_together,
 )
-from verifiers.training.lifecycle.shutdown import StopAtStepEnd, StopSignals, conclude
-from verifiers.training.loss.logprobs import sequence_logprobs
-from verifiers.training.loss.losses import compute_loss, step_loss_scale
-from verifiers.training.metrics import step as M
-from verifiers.training.weights.recovery import Resync
+from verifiers.training.shards import no_gather, zero3_gather
+from verifiers.training.types import GeneratedBatch, PreparedBatch, Resync
+from verifiers.training.weights.precision import frozen_linears_in_autocast_dtype, keep_fp32_master_weights
 from verifiers.training.weights.server_link import ServerLink
-from verifiers.training.weights.sync import (
-    WeightSyncer,
-    check_tied_head,
-    is_peft_model,
-    make_reference,
-    mix_into_reference,
-    no_gather,
-    zero3_gather,
-    zero3_reference,
-)
+from verifiers.training.weights.sync import WeightSyncer, check_tied_head, is_peft_model
 from verifiers.utils.cpu_load import torch_threads_beside_neighbours
 from verifiers.utils.logging import warn_once
 
@@ -97,16 +91,6 @@ class _StepEnd(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trainer._after_optimizer_step()
-
-
-def _deepspeed_mixed_precision(args: GRPOConfig, accelerator: Any) -> bool:
-    """Whether DeepSpeed trains with bf16/fp16 on (then its optimizer keeps fp32 master weights)."""
-    config = accelerator.state.deepspeed_plugin.deepspeed_config
-    for key, on in (("bf16", args.bf16), ("fp16", args.fp16)):
-        enabled = (config.get(key) or {}).get("enabled", False)
-        if enabled is True or (enabled == "auto" and on):
-            return True
-    return False
 
 
 def _ticket(items: list[int]) -> dict[str, int]:
@@ -160,11 +144,7 @@ class GRPOTrainer(Trainer):
             check_tied_head(model.get_base_model(), model, merged=args.lora_sync == "merged")
         self.env = env
         dataset = env.get_dataset()
-        self.plan = plan_of(args)
-        self.prompts_per_batch = self.plan.samples // args.num_generations
-        self.samples_per_step = (
-            args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
-        )
+        self.plan = args.plan
         # One ticket list for the whole run: a run counted in epochs gets its step count here.
         args = with_epoch_steps(args, len(dataset))
         eval_dataset = env.get_eval_dataset() if args.eval_strategy != "no" else None
@@ -173,16 +153,23 @@ class GRPOTrainer(Trainer):
         # is refused now, not at the first batch.
         PromptTruncation(dataset, env, processing_class, args.max_prompt_length).check_fits()
         super().__init__(model=model, args=args, callbacks=callbacks, optimizers=optimizers, **data)
-        self._keep_fp32_master_weights()
-        self._frozen_linears_in_autocast_dtype()
+        engine = "deepspeed" if self.is_deepspeed_enabled else ("fsdp" if self.is_fsdp_enabled else None)
+        keep_fp32_master_weights(
+            self.model, args, self.accelerator, engine=engine, log=self.is_world_process_zero()
+        )
+        if engine is None:  # (the engines own their parameters: nothing to unwrap)
+            frozen_linears_in_autocast_dtype(
+                self._unwrap(self.model), args, engine=None, log=self.is_world_process_zero()
+            )
         if self.accelerator.device.type == "cpu":  # a neighbour's busy core holds back every thread
             line = torch_threads_beside_neighbours()
             if line and self.accelerator.is_main_process:
                 warn_once(logger, "cpu-neighbours", line)
         self.server = ServerLink(args, self.accelerator, client)
-        self.ref_model = None
-        if args.beta > 0 and not is_peft_model(self.model):  # with PEFT: the adapter-disabled model
-            self.ref_model = self._make_ref_model()
+        self.reference = Reference(
+            lambda: self.model, self.accelerator, args,
+            peft=is_peft_model(self.model), zero3=self._zero3(), unwrap=self._unwrap, gather=self._gather(),
+        )  # fmt: skip
         self.metrics = M.MetricsAccumulator()
         self.generator: BatchGenerator | None = None
         self._prepared: PreparedBatch | None = None  # the batch in training
@@ -190,104 +177,13 @@ class GRPOTrainer(Trainer):
         self._started = False
         self._last_step_end = time.perf_counter()
         self._wait_s = 0.0
-        self.micro_per_batch = self.plan.micro_steps * args.num_iterations
-        self._loss_kwargs = dict(
-            beta=args.beta,
-            epsilon_low=args.epsilon,
-            epsilon_high=args.epsilon_high,
-            delta=args.delta,
-            is_cap=args.importance_sampling_cap,
-            is_mask_band=(args.importance_sampling_mask_low, args.importance_sampling_mask_high),
-            # dr_grpo's constant: the longest completion a sample can have.
-            max_completion_length=args.max_completion_length
-            or args.max_tokens
-            or (args.max_seq_len - args.max_prompt_length),
-        )
+        self.micro_per_batch = args.tickets_per_batch
+        self._loss_options = loss_options(args)
         self.add_callback(_StepEnd(self))
         wake = lambda: self.generator.interrupt() if self.generator else None  # noqa: E731
         self.stop_signals = StopSignals(announce=self.accelerator.is_main_process, on_first=wake)
         # After _StepEnd: a stop saves the synced step.
         self.add_callback(StopAtStepEnd(self.accelerator, self.stop_signals))
-
-    def _keep_fp32_master_weights(self) -> None:
-        """Upcast trainable bf16/fp16 parameters to fp32 (compute stays bf16 under ``args.bf16``'s
-        autocast), unless DeepSpeed keeps fp32 masters of its own.
-
-        An AdamW step moves a weight by about ``lr`` (1e-6 to 1e-5 here); a bf16 weight of size
-        0.02 has a spacing of 1.2e-4, so most updates round back to the old value and the run
-        silently stops learning. DeepSpeed with bf16/fp16 on keeps fp32 partitions; FSDP2 under
-        mixed precision upcasts as done here (accelerate's ``fsdp2_prepare_model``); PEFT keeps its
-        adapters in fp32 already (``autocast_adapter_dtype``), but not ``modules_to_save``."""
-        half = (torch.bfloat16, torch.float16)
-        trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad and p.dtype in half]
-        if not trainable:
-            return
-        if self.is_deepspeed_enabled:
-            if not _deepspeed_mixed_precision(self.args, self.accelerator):
-                warn_once(
-                    logger,
-                    "bf16-weights-under-deepspeed",
-                    "%d trainable parameters are %s and DeepSpeed runs without bf16/fp16, so it keeps no "
-                    "fp32 master copy: most updates round away; set bf16=True (or load the model in fp32)",
-                    len(trainable),
-                    trainable[0][1].dtype,
-                )
-            return
-        dtype = trainable[0][1].dtype
-        for _, p in trainable:
-            p.data = p.data.to(torch.float32)
-        if self.is_world_process_zero():
-            compute = "bf16 autocast" if self.args.bf16 else ("fp16 autocast" if self.args.fp16 else "fp32")
-            logger.info(
-                "full fine-tuning keeps fp32 master weights: %d trainable %s parameters upcast to fp32 "
-                "(compute: %s; %s updates round away below lr ~1e-4); LoRA or ZeRO-3 use less memory",
-                len(trainable),
-                str(dtype).removeprefix("torch."),
-                compute,
-                str(dtype).removeprefix("torch."),
-            )
-
-    def _frozen_linears_in_autocast_dtype(self) -> None:
-        """Under bf16/fp16 autocast, store the frozen weights of the body's Linear layers (a LoRA
-        base) in that dtype, once.
-
-        Autocast casts a weight at every matmul and keeps the cast only for leaves that require
-        grad, so a frozen fp32 base (how a model loads on CPU) is cast again in every forward and
-        backward. Stored in the compute dtype, each matmul reads the values autocast's cast gave
-        (the same rounding), so results do not change; on CPU (SmolLM2 + LoRA, 700 tokens,
-        forward + backward) 2.24 s became 1.95 s, and the base takes half the memory. Left
-        alone: trainable weights (fp32 masters), the input and output embeddings (a lookup or
-        the chunked head reads them outside a Linear's forward), and DeepSpeed/FSDP models
-        (their engines own the parameters)."""
-        half = torch.bfloat16 if self.args.bf16 else (torch.float16 if self.args.fp16 else None)
-        if half is None or self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            return
-        model = self._unwrap(self.model)
-        skip = {
-            id(m.weight)
-            for m in (model.get_input_embeddings(), model.get_output_embeddings())
-            if m is not None
-        }
-        cast = 0
-        for module in model.modules():
-            if type(module) is not torch.nn.Linear or id(module.weight) in skip:
-                continue
-            for p in (module.weight, module.bias):
-                if p is not None and not p.requires_grad and p.dtype == torch.float32:
-                    p.data = p.data.to(half)
-                    cast += 1
-        if cast:
-            # A model loaded from safetensors on CPU keeps its tensors in the file's memory map,
-            # which stays mapped (and resident) while any of them lives: the embeddings and norms
-            # kept the whole fp32 file, so casting the Linears *added* their bf16 copies (SmolLM2:
-            # +296 MB). Own storage for the rest releases the map (the step's peak: -330 MB).
-            for t in [*(p for p in model.parameters() if not p.requires_grad), *model.buffers()]:
-                if t.dtype != half:
-                    t.data = t.data.clone()
-        if cast and self.is_world_process_zero():
-            logger.info(
-                "%d frozen Linear tensors stored in %s (the autocast dtype they compute in)", cast, half
-            )
 
     # ---- Trainer hooks: data -------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -343,7 +239,7 @@ class GRPOTrainer(Trainer):
             ref_logprobs_BT=inputs.get("ref_logprobs_BT"),
             step_count=inputs.get("step_count"),
             entropy_BT=entropy_BT,
-            **self._loss_kwargs,
+            **self._loss_options,
         )
         if inputs.get("step_count") is not None:
             # This micro-batch's share of the step's mean: undo Trainer's division by the
@@ -376,7 +272,7 @@ class GRPOTrainer(Trainer):
         return self._prepare_batch(batch)
 
     def _prepare_batch(self, batch: GeneratedBatch) -> PreparedBatch:
-        args, outputs, processed = self.args, batch.outputs, batch.processed
+        args = self.args
         pad_id = self.processing_class.pad_token_id
         pad_id = pad_id if pad_id is not None else self.processing_class.eos_token_id
         rewards, advantages_B, adv_stats, train = train_batch(batch, args, pad_id)
@@ -388,25 +284,16 @@ class GRPOTrainer(Trainer):
                 "mask_truncated_completions=True); raise max_tokens or set mask_truncated_completions=False",
                 batch.index,
             )
-        stats = M.rollout_metrics(outputs, processed, rewards)
-        stats.update({"zero_std_groups_frac": adv_stats["zero_std_groups_frac"], **batch.metrics})
-        if self.is_world_process_zero():
-            M.warn_batch_problems(stats, batch.index, len(outputs))
-        self.metrics.add(stats)
-        self.metrics.add(
-            {"time/generation_s": batch.generation_s, "policy_lag": batch.index - batch.policy_version}
-        )
-        if (
-            args.log_completions
-            and self.is_world_process_zero()
-            and self.state.global_step % args.logging_steps == 0
-        ):
-            wandb = "wandb" in (args.report_to or [])
-            adv = advantages_B.tolist()
-            tb = M.tensorboard_writer(self.callback_handler.callbacks)
-            M.log_samples(
-                outputs, rewards, adv, self.state.global_step, args.num_completions_to_print, wandb, tb
-            )
+        main, step = self.is_world_process_zero(), self.state.global_step
+        samples = args.log_completions and main and step % args.logging_steps == 0
+        M.record_batch(
+            self.metrics, batch, rewards, advantages_B, adv_stats["zero_std_groups_frac"],
+            main_process=main,
+            samples_at=step if samples else None,
+            num_samples=args.num_completions_to_print,
+            to_wandb="wandb" in (args.report_to or []),
+            tensorboard=M.tensorboard_writer(self.callback_handler.callbacks) if samples else None,
+        )  # fmt: skip
         prepared = prepare_batch(
             batch,
             train,
@@ -433,29 +320,10 @@ class GRPOTrainer(Trainer):
             if old:
                 micro["old_logprobs_BT"] = self._logprobs(self.model, ids, attn, start)
             if reference:
-                micro["ref_logprobs_BT"] = self._ref_logprobs(ids, attn, start)
+                micro["ref_logprobs_BT"] = self.reference.logprobs(ids, attn, start)
 
     def _logprobs(self, model, ids, attn, start) -> torch.Tensor:
         return eval_logprobs(model, ids, attn, start, self.args.temperature, self.args.device)
-
-    def _make_ref_model(self) -> torch.nn.Module:
-        """The frozen reference for the KL term: a copy of the policy, under ZeRO-3 its own engine
-        sharded like the policy (every rank builds it; each forward is then collective)."""
-        model = self._unwrap(self.model)
-        if self._zero3():
-            return zero3_reference(model, self.accelerator.state.deepspeed_plugin.deepspeed_config)
-        return make_reference(model).to(self.args.device)
-
-    def _ref_logprobs(self, ids, attn, start) -> torch.Tensor:
-        # Called on every rank for each of its micro-batches (_score): under ZeRO-3 the ranks
-        # hold the same number of them, so their collective forwards pair up.
-        if self.ref_model is not None:
-            # The policy's forward runs under accelerate's autocast (prepare_model); the reference,
-            # an unprepared copy of its fp32 master weights, must compute in the same precision.
-            with self.accelerator.autocast():
-                return self._logprobs(self.ref_model, ids, attn, start)
-        with self._unwrap(self.model).disable_adapter():  # PEFT: reference = base model
-            return self._logprobs(self.model, ids, attn, start)
 
     def _restored_batch(self, g: int) -> PreparedBatch | None:
         if self._resume_dir is None:
@@ -463,9 +331,6 @@ class GRPOTrainer(Trainer):
         rank = self.accelerator.process_index
         prepared, self._resume_dir = ckpt.load_prepared_batch(self._resume_dir, rank), None
         return prepared if prepared is not None and prepared.index == g else None
-
-    def _broadcast(self, obj: Any) -> Any:
-        return broadcast(self.accelerator, obj)
 
     # ---- server: generation, sync, eval (server_link.py) ---------------------------------------
     @property
@@ -475,11 +340,6 @@ class GRPOTrainer(Trainer):
     @property
     def syncer(self) -> WeightSyncer | None:
         return self.server.syncer
-
-    def _make_syncer(self) -> WeightSyncer:
-        return self.server.make_syncer(
-            self.accelerator.unwrap_model(self.model_wrapped), gather=self._gather()
-        )
 
     def _zero3(self) -> bool:
         return self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3
@@ -506,11 +366,8 @@ class GRPOTrainer(Trainer):
             result = self.server.sync(model, gather=self._gather(), on_outage=on_outage)
         self.metrics.add({"time/sync_s": result.seconds})
         if self.generator is not None:
-            self.generator.set_model(self._served_model_name())
+            self.generator.set_model(self.server.served_model_name)
             self.generator.resynced()
-
-    def _served_model_name(self) -> str:
-        return self.server.served_model_name
 
     def _ensure_started(self) -> None:
         """Once per ``train``: connect, push the current weights (the server may hold another run's;
@@ -528,7 +385,7 @@ class GRPOTrainer(Trainer):
         state = ckpt.load_generator_state(self._resume_dir) if self._resume_dir else None
         trained, _ = self._batches_trained()
         self.generator = build_generator(
-            self.env, self.client, self._served_model_name(),
+            self.env, self.client, self.server.served_model_name,
             PromptTruncation(self.train_dataset, self.env, self.processing_class, self.args.max_prompt_length),
             self.args, self.processing_class,
             trained=trained, state=state, total=self._total_batches(),
@@ -568,7 +425,7 @@ class GRPOTrainer(Trainer):
             self.server.sleep()
         if self.generator is not None:
             self.generator.mark_trained(self._batches_trained()[0])
-        self._maybe_sync_ref_model()
+        self.reference.after_step(self.state.global_step)
         now = time.perf_counter()
         train_s = (sync_start - self._last_step_end) - self._wait_s
         self.metrics.add(
@@ -597,7 +454,7 @@ class GRPOTrainer(Trainer):
         """The eval split's rollout metrics (main process: the one that talks to the server)."""
         sampling = sampling_args_from_config(self.args)
         coro = self.env.a_evaluate(
-            self.client, self._served_model_name(), sampling, max_concurrent=self._eval_concurrency()
+            self.client, self.server.served_model_name, sampling, max_concurrent=self._eval_concurrency()
         )
         outputs = self.generator.run(coro)
         stats = M.rollout_metrics(outputs, None, list(outputs.reward))
@@ -607,21 +464,6 @@ class GRPOTrainer(Trainer):
         """Eval rollouts in flight: ``per_device_eval_batch_size`` × processes, else ``max_concurrent``."""
         per_device = self.args.per_device_eval_batch_size
         return self.args.max_concurrent if per_device is None else per_device * self.accelerator.num_processes
-
-    def _maybe_sync_ref_model(self) -> None:
-        a = self.args
-        if (
-            self.ref_model is not None
-            and a.sync_ref_model
-            and self.state.global_step % a.ref_model_sync_steps == 0
-        ):
-            # Under ZeRO-3 both models are gathered a few tensors at a time: every rank gets here.
-            mix_into_reference(
-                self.accelerator.unwrap_model(self.ref_model),
-                self.accelerator.unwrap_model(self.model),
-                a.ref_model_mixup_alpha,
-                gather=self._gather(),
-            )
 
     # ---- lifecycle, logging, checkpoints --------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):

@@ -17,9 +17,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verifiers.errors import ConfigError  # noqa: E402
+from verifiers.training import processes  # noqa: E402
 from verifiers.training.config import assigned  # noqa: E402
 from verifiers.training.config.fields import GRPOConfig, grpo_defaults  # noqa: E402
-from verifiers.training.lifecycle import processes  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_process_no_gpu")  # tests/training/config/conftest.py
 

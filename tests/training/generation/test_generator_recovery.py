@@ -16,8 +16,7 @@ import pytest
 from verifiers.errors import GenerationError, ServerError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.client.recovery import sync_through_outages
 from verifiers.training.generation.generator import BatchGenerator
-from verifiers.training.generation.producer import GeneratedBatch
-from verifiers.training.weights.recovery import Resync
+from verifiers.training.types import GeneratedBatch, Resync
 
 
 class FlakyServer:

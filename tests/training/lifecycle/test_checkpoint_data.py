@@ -10,9 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training.batch.prepared import PreparedBatch  # noqa: E402
-from verifiers.training.generation.producer import GeneratedBatch  # noqa: E402
 from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
+from verifiers.training.types import GeneratedBatch, PreparedBatch  # noqa: E402
 from verifiers.types import GenerateOutputs, ProcessedOutputs  # noqa: E402
 
 

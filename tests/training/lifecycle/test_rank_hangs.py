@@ -45,7 +45,7 @@ def _worker(rank: int, port: int, results) -> None:
     from accelerate import PartialState
 
     from verifiers.errors import GenerationError
-    from verifiers.training.lifecycle import processes
+    from verifiers.training import processes
 
     state = PartialState(cpu=True, backend="gloo", timeout=timedelta(seconds=600))
     processes.apply_collective_timeout(COLLECTIVE_S)  # set after the group started

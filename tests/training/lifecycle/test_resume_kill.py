@@ -107,7 +107,7 @@ def test_rotation_never_deletes_the_last_complete_checkpoint(tmp_path):
 def test_generator_wait_idle_waits_for_the_batch_in_flight():
     # The trainer calls it before every weight push: a batch is sampled from one policy only.
     from verifiers.training.generation.generator import BatchGenerator
-    from verifiers.training.generation.producer import GeneratedBatch
+    from verifiers.training.types import GeneratedBatch
 
     class SlowProducer:
         async def produce(self, index, policy_version):

@@ -141,9 +141,8 @@ def test_chunk_size_does_not_change_the_result_and_the_head_runs_inside_its_own_
 
 
 def test_no_grad_passes_match_and_keep_no_graph(tiny_model_dir):
-    """The old / reference log-probs (prepared.eval_logprobs runs sequence_logprobs under no_grad)."""
-    from verifiers.training.batch.prepared import eval_logprobs
-    from verifiers.training.loss.logprobs import sequence_logprobs
+    """The old / reference log-probs (logprobs.eval_logprobs runs sequence_logprobs under no_grad)."""
+    from verifiers.training.loss.logprobs import eval_logprobs, sequence_logprobs
 
     model = _model(tiny_model_dir, "attn")
     for shared in (False, True):

@@ -76,7 +76,7 @@ def test_the_end_of_training_leaves_the_server_awake_even_if_it_is_gone():
 def test_with_several_processes_the_main_one_asks_without_a_collective(monkeypatch):
     """The other ranks do not call sleep/wake together with the main one: a collective there
     (``connect()``'s wait) would leave the main process waiting for them forever."""
-    from verifiers.training.lifecycle import processes
+    from verifiers.training import processes
 
     def collective(accelerator, obj):
         raise AssertionError("a collective that the other processes never join")

@@ -1,5 +1,6 @@
 """Weight sync with a fake client: chunked gathering, LoRA vs full, merged fallback with one warning;
-the reference model's sync (mixing) under a simulated ZeRO-3 and its DeepSpeed config."""
+the reference model's sync (mixing, loss/reference.py) under a simulated ZeRO-3 and its DeepSpeed
+config, which gather as the weight sync does."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 from verifiers.errors import ConfigError, ServerError, WeightSyncError  # noqa: E402
-from verifiers.training.weights.sync import (  # noqa: E402
-    WeightSyncer,
+from verifiers.training.loss.reference import (  # noqa: E402
     inference_config,
     make_reference,
     mix_into_reference,
     zero3_reference,
 )
+from verifiers.training.weights.sync import WeightSyncer  # noqa: E402
 from verifiers.utils.logging import reset_warn_once  # noqa: E402
 
 

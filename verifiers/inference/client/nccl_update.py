@@ -33,7 +33,7 @@ class NcclChannel:
     failure while the server is gone (it does not answer, or answers as another
     process: ``instance_id`` changed) is raised as ``WeightSyncError(stage="connect")``,
     which ``client.is_server_lost`` reports, so a trainer waits for the server
-    and syncs again (verifiers/training/weights/recovery.py) instead of stopping.
+    and syncs again (verifiers/inference/client/recovery.py) instead of stopping.
     """
 
     kind = "nccl"

@@ -11,7 +11,7 @@ can be lost on either side of training:
   ``ServerUnreachableError``; ``ServerRecovery.recover`` polls the server with
   backoff (at most ``timeout`` seconds), then asks the trainer for a re-sync
   and waits for it. The trainer sees the request as ``generator.get(i,
-  resync=True)`` returning a ``Resync`` (verifiers/training/weights/recovery.py); it syncs, which calls
+  resync=True)`` returning a ``Resync`` (verifiers/training/types.py); it syncs, which calls
   ``generator.resynced()``, and asks again. The batch is then generated again.
 - While the trainer pushes weights (main thread): ``sync_through_outages``
   waits for the server with backoff (``VLLMClient.wait_for_server``) and

@@ -4,14 +4,14 @@ On a generation batch's first step ticket every process (each receives the whole
 batch) builds it in three stages:
 
 1. ``train_batch``: per-rollout rewards -> group-relative advantages
-   (advantages.py) -> one padded ``TrainBatch`` of every sample (tensors.py).
+   (loss/advantages.py) -> one padded ``TrainBatch`` of every sample (tensors.py).
 2. ``prepare_batch``: this process's slice of it, cut into the trained batch's
    micro-batches, each trimmed to what the loss needs, and each optimizer step's
    loss normalizer counted over every process's share (losses.py). The result is a
    ``PreparedBatch``.
 3. The trainer, which owns the models, adds to each micro-batch the log-probs that
    ``scores_needed`` names (old policy, reference), computed now without gradients:
-   they must not move while the batch is trained (``eval_logprobs``).
+   they must not move while the batch is trained (``eval_logprobs``, loss/logprobs.py).
 
 The ``PreparedBatch`` is what the trainer hands out micro-batch by micro-batch, and
 what a checkpoint taken inside a trained batch saves (lifecycle/checkpoint.py).
@@ -22,33 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from verifiers.training.batch.advantages import compute_advantages
 from verifiers.training.batch.tensors import TrainBatch, build_train_batch, split_batch
-from verifiers.training.generation.producer import GeneratedBatch
-from verifiers.training.loss.logprobs import scoring_inputs, sequence_logprobs
+from verifiers.training.loss.advantages import compute_advantages
+from verifiers.training.loss.logprobs import scoring_inputs
 from verifiers.training.loss.losses import step_counts
 from verifiers.training.metrics import step as M
-
-
-@dataclass
-class PreparedBatch:
-    """The trained batch: this process's micro-batches, ready for the loss.
-
-    ``micro[m]`` holds ``input_ids_BT``, ``attention_mask_BT``, ``start`` and the token
-    tensors sliced to ``[:, start:]`` (``scoring_inputs``), ``advantages_B``, and, once the
-    trainer scored it, ``old_logprobs_BT`` / ``ref_logprobs_BT`` where ``scores_needed``
-    says. Saved as data in mid-batch checkpoints (lifecycle/checkpoint.py).
-    """
-
-    index: int
-    micro: list[dict[str, Any]]
-    step_counts: list[float] = field(default_factory=list)  # each optimizer step's loss normalizer
-    rollout_ids: list[str] = field(default_factory=list)
+from verifiers.training.types import GeneratedBatch, PreparedBatch
 
 
 def rollout_ids(batch: GeneratedBatch) -> list[str]:
@@ -132,16 +115,3 @@ def scores_needed(
     ones, detached, which are the same values. Reference log-probs for the KL term (``beta > 0``).
     """
     return num_iterations > 1 or micro_steps > gradient_accumulation_steps, beta > 0
-
-
-@torch.no_grad()
-def eval_logprobs(model, ids, attn, start, temperature: float, device: Any) -> torch.Tensor:
-    """``model``'s log-probs of ``ids[:, start:]``, on the CPU, computed in eval mode."""
-    # Eval mode: dropout (e.g. LoRA's) would make stored log-probs a random draw.
-    was_training = model.training
-    model.eval()
-    try:
-        lp, _ = sequence_logprobs(model, ids.to(device), attn.to(device), start, temperature)
-    finally:
-        model.train(was_training)
-    return lp.cpu()

@@ -1,6 +1,6 @@
 """The config side of training across processes: the collective timeout a run needs, and gloo on CPUs.
 
-``lifecycle/processes.py`` explains the waits: the other processes wait for the main one in
+``training/processes.py`` explains the waits: the other processes wait for the main one in
 short collectives, so ``ddp_timeout`` only has to outlast what the main process does alone
 between two of them (one weight push, one generation batch, a checkpoint write).
 ``GRPOConfig`` derives and checks ``ddp_timeout`` from these; nothing here touches a process

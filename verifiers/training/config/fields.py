@@ -27,7 +27,7 @@ from transformers import TrainingArguments
 
 from verifiers.errors import ConfigError
 from verifiers.training.config.assigned import DERIVED_FIELDS, resolved_config
-from verifiers.training.config.batch_layout import resolve_batch_layout
+from verifiers.training.config.batch_layout import GenerationPlan, plan_of, resolve_batch_layout
 from verifiers.training.config.choices import DEFAULT_IS_CAP, DEFAULT_IS_MASK_BAND, LOSS_TYPES
 from verifiers.training.config.collective import (
     collective_timeout,
@@ -313,6 +313,23 @@ class GRPOConfig(TrainingArguments):
         """Eval rollouts in flight per process: ``per_device_eval_batch_size``, else ``max_concurrent``."""
         per_device = self.per_device_eval_batch_size
         return self.max_concurrent if per_device is None else per_device
+
+    # -- derived numbers: read from the fields, never set ---------------------------------------
+    @property
+    def plan(self) -> GenerationPlan:
+        """How generation batches map to optimizer steps (``generation_plan``, config/batch_layout.py)."""
+        return plan_of(self)
+
+    @property
+    def tickets_per_batch(self) -> int:
+        """Step tickets (micro-steps) of one trained batch: its micro-batches, each trained
+        ``num_iterations`` times."""
+        return self.plan.micro_steps * self.num_iterations
+
+    @property
+    def longest_completion(self) -> int:
+        """The longest completion a sample can have: ``dr_grpo``'s constant normalizer."""
+        return self.max_completion_length or self.max_tokens or (self.max_seq_len - self.max_prompt_length)
 
     @property
     def difficulty_filtering(self) -> bool:

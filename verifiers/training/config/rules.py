@@ -140,7 +140,7 @@ def validate_fields(c: Any) -> None:
 
 def check_collective_timeout(c: Any) -> None:
     """``ddp_timeout`` must outlast what the main process does while the others wait in a
-    collective (lifecycle/processes.py explains which waits count), or a healthy run fails on a timeout."""
+    collective (training/processes.py explains which waits count), or a healthy run fails on a timeout."""
     from verifiers.training.config.collective import COLLECTIVE_MARGIN_S, min_collective_timeout
 
     at_least("ddp_timeout", c.ddp_timeout, 1, "or None to derive it")

@@ -45,7 +45,7 @@ from verifiers.training.generation.producer import (
     sampling_args_from_config,
 )
 from verifiers.training.generation.queue import BatchQueue
-from verifiers.training.weights.recovery import Resync
+from verifiers.training.types import Resync
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.generation.generator")

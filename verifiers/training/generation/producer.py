@@ -32,13 +32,14 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from verifiers.envs.model_client import client_url
 from verifiers.errors import ConfigError, GenerationError, ServerUnreachableError
 from verifiers.failures import FailureKind, failure_of
 from verifiers.training.config.choices import SAMPLING_SEEDS
+from verifiers.training.types import GeneratedBatch
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
@@ -54,24 +55,6 @@ TRUNCATED_COUNT = "truncated"
 
 # Set on a row read through PromptTruncation whose prompt was cut (never passed to the env).
 PROMPT_TRUNCATED_KEY = "_vf_prompt_truncated"
-
-
-@dataclass
-class GeneratedBatch:
-    """One generation batch: ``num_prompts * num_generations`` rollouts, group-major.
-
-    Rollout ``k`` belongs to group ``k // num_generations``. ``processed`` holds
-    the token data (one sample per rollout, or more when a chat template rewrote
-    turns; ``processed.rollout_index`` maps samples back).
-    """
-
-    index: int
-    policy_version: int
-    num_generations: int
-    outputs: GenerateOutputs
-    processed: ProcessedOutputs | None
-    generation_s: float
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class PromptStream:
@@ -366,7 +349,7 @@ class RolloutProducer:
 
     async def produce(self, index: int, policy_version: int) -> GeneratedBatch:
         start = time.perf_counter()
-        # Letters as in advantages.py: G groups per batch (one per prompt), K rollouts per group.
+        # Letters as in loss/advantages.py: G groups per batch (one per prompt), K rollouts per group.
         K, G = self.num_generations, self.num_prompts
         kept: list[GenerateOutputs] = []  # single-group outputs
         dropped: list[GenerateOutputs] = []
@@ -525,7 +508,7 @@ def group_filter_from_config(args: Any) -> Callable[[list[float], int], list[boo
         return None
     import torch
 
-    from verifiers.training.batch.advantages import filter_groups
+    from verifiers.training.loss.advantages import filter_groups
 
     def keep(rewards: list[float], group_size: int) -> list[bool]:
         mask, _ = filter_groups(

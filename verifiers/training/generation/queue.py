@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifiers.errors import GenerationError
-from verifiers.training.generation.producer import GeneratedBatch
+from verifiers.training.types import GeneratedBatch
 
 
 @dataclass

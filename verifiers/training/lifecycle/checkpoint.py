@@ -65,8 +65,7 @@ from verifiers.errors import CheckpointError, ConfigError
 from verifiers.utils.logging import warn_once
 
 if TYPE_CHECKING:  # imported where used: vf-rl reads checkpoint folders without the training stack
-    from verifiers.training.batch.prepared import PreparedBatch
-    from verifiers.training.generation.producer import GeneratedBatch
+    from verifiers.training.types import GeneratedBatch, PreparedBatch
 
 logger = logging.getLogger("verifiers.training.lifecycle.checkpoint")
 
@@ -144,7 +143,7 @@ def save_prepared_batch(checkpoint_dir: str | os.PathLike, rank: int, prepared: 
 
 
 def load_prepared_batch(checkpoint_dir: str | os.PathLike, rank: int) -> PreparedBatch | None:
-    from verifiers.training.batch.prepared import PreparedBatch
+    from verifiers.training.types import PreparedBatch
 
     data = _load(Path(checkpoint_dir) / PREPARED_FILE.format(rank=rank))
     return PreparedBatch(**data["buffer"]) if data is not None and data["buffer"] is not None else None
@@ -185,7 +184,7 @@ def _batch_data(batch: GeneratedBatch) -> dict[str, Any]:
 
 
 def _batch_from_data(data: dict[str, Any]) -> GeneratedBatch:
-    from verifiers.training.generation.producer import GeneratedBatch
+    from verifiers.training.types import GeneratedBatch
     from verifiers.types import GenerateOutputs, ProcessedOutputs
 
     outputs, processed = data["outputs"], data["processed"]

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from verifiers.errors import CheckpointError
 from verifiers.training.lifecycle import checkpoint as ckpt
-from verifiers.training.lifecycle.processes import max_over_processes
+from verifiers.training.processes import max_over_processes
 
 if TYPE_CHECKING:
-    from verifiers.training.batch.prepared import PreparedBatch
+    from verifiers.training.types import PreparedBatch
 
 
 @dataclass(frozen=True)

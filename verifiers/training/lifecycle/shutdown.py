@@ -52,7 +52,7 @@ from transformers import TrainerCallback
 
 from verifiers.errors import StopRequested, TrainingStopped
 from verifiers.training.lifecycle import checkpoint as ckpt
-from verifiers.training.lifecycle.processes import broadcast, max_over_processes
+from verifiers.training.processes import broadcast, max_over_processes
 from verifiers.utils import owned_files
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -361,3 +361,16 @@ def scoring_inputs(
         "loss_mask_BT": loss_mask_BT[:, start:width],
         "sampling_logprobs_BT": sampling_logprobs_BT[:, start:width],
     }
+
+
+@torch.no_grad()
+def eval_logprobs(model, ids, attn, start, temperature: float, device: Any) -> torch.Tensor:
+    """``model``'s log-probs of ``ids[:, start:]``, on the CPU, computed in eval mode."""
+    # Eval mode: dropout (e.g. LoRA's) would make stored log-probs a random draw.
+    was_training = model.training
+    model.eval()
+    try:
+        lp, _ = sequence_logprobs(model, ids.to(device), attn.to(device), start, temperature)
+    finally:
+        model.train(was_training)
+    return lp.cpu()

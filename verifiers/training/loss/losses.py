@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -83,6 +84,20 @@ class LossInputs:
     delta: float | None
     max_completion_length: int | None
     step_count: float | None
+
+
+def loss_options(args: Any) -> dict[str, Any]:
+    """A ``GRPOConfig``'s fields as ``compute_loss``'s keyword arguments (``dr_grpo``'s constant:
+    the config's ``longest_completion``)."""
+    return dict(
+        beta=args.beta,
+        epsilon_low=args.epsilon,
+        epsilon_high=args.epsilon_high,
+        delta=args.delta,
+        is_cap=args.importance_sampling_cap,
+        is_mask_band=(args.importance_sampling_mask_low, args.importance_sampling_mask_high),
+        max_completion_length=args.longest_completion,
+    )
 
 
 def compute_loss(

@@ -20,6 +20,7 @@ from verifiers.envs.results import ERROR_METRIC
 from verifiers.failures import REWARD_NONFINITE, REWARD_RAISED, FailureKind, failure_of
 from verifiers.training.metrics.curves import CURVES_FILE, plot_curves  # noqa: F401 (0.2 names, re-exported)
 from verifiers.training.metrics.names import BY_NAME
+from verifiers.training.types import GeneratedBatch
 from verifiers.types import GenerateOutputs, ProcessedOutputs
 from verifiers.utils.logging import warn_once
 
@@ -223,6 +224,34 @@ def log_samples(
         log_wandb_samples(table)
     if tensorboard is not None:
         log_tensorboard_samples(table, tensorboard)
+
+
+def record_batch(
+    metrics: MetricsAccumulator,
+    batch: GeneratedBatch,
+    rewards: list[float],
+    advantages_B: Any,
+    zero_std_groups_frac: float,
+    *,
+    main_process: bool,
+    samples_at: int | None = None,
+    num_samples: int | None = None,
+    to_wandb: bool = False,
+    tensorboard: Any = None,
+) -> None:
+    """A generation batch's bookkeeping as it is prepared for training: its rollout metrics, its
+    generation time and policy lag into ``metrics``, the warnings its numbers call for (main
+    process), and its sample table (``advantages_B``: a tensor) when ``samples_at`` (the step it
+    is logged at) is given."""
+    outputs = batch.outputs
+    stats = rollout_metrics(outputs, batch.processed, rewards)
+    stats.update({"zero_std_groups_frac": zero_std_groups_frac, **batch.metrics})
+    if main_process:
+        warn_batch_problems(stats, batch.index, len(outputs))
+    metrics.add(stats)
+    metrics.add({"time/generation_s": batch.generation_s, "policy_lag": batch.index - batch.policy_version})
+    if samples_at is not None:
+        log_samples(outputs, rewards, advantages_B.tolist(), samples_at, num_samples, to_wandb, tensorboard)
 
 
 def print_samples(table: SampleTable) -> None:

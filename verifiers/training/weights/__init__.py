@@ -2,9 +2,11 @@
 
 - ``sync.py``: ``WeightSyncer``: after an optimizer step, send the weights (full, merged LoRA, or adapter).
 - ``server_link.py``: ``ServerLink``: the trainer's side of the server (client, health, syncs).
-- ``recovery.py``: ``Resync``; waiting out a lost server is ``verifiers.inference.client.recovery``'s.
+- ``precision.py``: the trained weights' dtypes, set once (fp32 master weights, a frozen base in bf16).
 
-The served checkpoint's parameter names are ``verifiers.inference.names`` (the server checks them too).
+Waiting out a lost server is ``verifiers.inference.client.recovery``'s; the served checkpoint's
+parameter names are ``verifiers.inference.names`` (the server checks them too); ``Resync`` is in
+``verifiers.training.types``.
 """
 
-__all__ = ["recovery", "server_link", "sync"]
+__all__ = ["precision", "server_link", "sync"]

@@ -19,7 +19,7 @@ from typing import Any
 from verifiers.errors import ServerError
 from verifiers.inference.client.recovery import sync_through_outages, wait_out_outage
 from verifiers.inference.client.vllm_client import is_server_lost
-from verifiers.training.lifecycle.processes import broadcast, wait_together
+from verifiers.training.processes import broadcast, wait_together
 from verifiers.training.weights.sync import WeightSyncer, is_peft_model, serving_dtype
 
 logger = logging.getLogger("verifiers.training.weights.server_link")
@@ -28,7 +28,7 @@ logger = logging.getLogger("verifiers.training.weights.server_link")
 class ServerLink:
     """``connect()``, then ``sync(model, gather=..., on_outage=...)`` after every optimizer step.
 
-    ``gather`` is ``sync.zero3_gather`` under ZeRO-3, else ``sync.no_gather``.
+    ``gather`` is ``shards.zero3_gather`` under ZeRO-3, else ``shards.no_gather``.
     """
 
     def __init__(self, args: Any, accelerator: Any, client: Any = None):

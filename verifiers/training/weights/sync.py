@@ -36,9 +36,8 @@ each tensor (``full_tensor``) in the same order, and only the main process keeps
 Every rank calls :meth:`WeightSyncer.sync` (gathers are collective); only the
 main process talks to the server.
 
-Also here: the frozen reference model of the KL term (``make_reference``; under
-ZeRO-3 ``zero3_reference``, its own sharded DeepSpeed engine) and its periodic
-sync toward the policy (``mix_into_reference``), gathered the same way.
+The gathers themselves (``zero3_gather``, ``full_tensor``) are ``training/shards.py``'s; the
+reference model of the KL term, gathered the same way, is ``loss/reference.py``'s.
 """
 
 from __future__ import annotations
@@ -63,11 +62,10 @@ from verifiers.inference.names import (
     reload_closure,
     to_checkpoint,
 )
+from verifiers.training.shards import GatherFn, full_tensor, no_gather, param_shape
 from verifiers.utils.logging import warn_once
 
 logger = logging.getLogger("verifiers.training.weights.sync")
-
-GatherFn = Callable[..., ContextManager[Any]]  # (params, modify=False) -> context
 
 
 @dataclass
@@ -89,28 +87,6 @@ class _Unit:
     compute: Callable[[], torch.Tensor]
     shape: tuple[int, ...]  # the full tensor's, known without gathering
     dtype: torch.dtype
-
-
-def zero3_gather(params: list[torch.nn.Parameter], modify: bool = False) -> ContextManager[Any]:
-    """Gather ZeRO-3-partitioned ``params`` on every rank for the duration of the block.
-
-    With ``modify`` the block may change them: on exit rank 0's values are broadcast and
-    each rank keeps its shard of them (without it, changes are dropped with the gathered copy).
-    """
-    import deepspeed  # only reached under ZeRO-3
-
-    return deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None)
-
-
-def no_gather(params: list[torch.nn.Parameter], modify: bool = False) -> ContextManager[Any]:
-    return contextlib.nullcontext()
-
-
-def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor: an FSDP2 ``DTensor`` (this rank's shard) is all-gathered, so every rank
-    must call this for the same tensors in the same order; a plain tensor is returned as is."""
-    full = getattr(tensor, "full_tensor", None)
-    return full() if callable(full) else tensor
 
 
 def is_peft_model(model: Any) -> bool:
@@ -291,7 +267,7 @@ class WeightSyncer:
         changes (adapted weights, trainable tensors) with the rest of their modules and fused
         groups, which vLLM reloads together (``names.reload_closure``)."""
         if not is_peft_model(self.model):
-            return [_Unit(n, [p], lambda p=p: p.data, _shape(p), p.dtype) for n, p in self._named()]
+            return [_Unit(n, [p], lambda p=p: p.data, param_shape(p), p.dtype) for n, p in self._named()]
         adapter = self.adapter_name
         lora_layers = {
             clean_name(name).removeprefix("base_model.model."): module
@@ -307,7 +283,7 @@ class WeightSyncer:
             if layer is None:
                 if p.requires_grad:
                     changed.add(name)
-                units.append(_Unit(name, [p], lambda p=p: p.data, _shape(p), p.dtype))
+                units.append(_Unit(name, [p], lambda p=p: p.data, param_shape(p), p.dtype))
                 continue
             if getattr(layer, "use_dora", {}).get(adapter, False):
                 raise WeightSyncError(
@@ -323,7 +299,7 @@ class WeightSyncer:
                     lambda p=p, layer=layer: (p.data.float() + layer.get_delta_weight(adapter).float()).to(
                         p.dtype
                     ),
-                    _shape(p),
+                    param_shape(p),
                     p.dtype,
                 )
             )
@@ -521,82 +497,6 @@ class WeightSyncer:
             raise WeightSyncError(stage, str(e)) from e
 
 
-def make_reference(model: torch.nn.Module) -> torch.nn.Module:
-    """A frozen copy of ``model`` for the KL term (without PEFT; with PEFT the reference is the
-    adapter-disabled model itself)."""
-    import copy
-
-    ref = copy.deepcopy(model).eval()
-    ref.requires_grad_(False)
-    return ref
-
-
-def is_partitioned(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s parameters are ZeRO-3 shards (loaded under ``deepspeed.zero.Init``)."""
-    return any(hasattr(p, "ds_id") for p in model.parameters())
-
-
-def inference_config(ds_config: dict[str, Any], hidden_size: int | None) -> dict[str, Any]:
-    """The policy's DeepSpeed config for an engine that only runs forward passes.
-
-    Optimizer, scheduler and optimizer offload are dropped (DeepSpeed would build an
-    optimizer, or a scheduler with nothing to drive). ZeRO-3 bucket sizes the config
-    leaves at ``"auto"`` get the values transformers gives the policy from the hidden size
-    (it fills them only when the policy's engine is made, in ``train``).
-    """
-    import copy
-
-    config = copy.deepcopy(ds_config)
-    config.pop("optimizer", None)
-    config.pop("scheduler", None)
-    zero = config.setdefault("zero_optimization", {})
-    zero.pop("offload_optimizer", None)
-    if hidden_size:
-        sizes = {
-            "reduce_bucket_size": hidden_size * hidden_size,
-            "stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
-            "stage3_param_persistence_threshold": 10 * hidden_size,
-        }
-        zero.update({k: v for k, v in sizes.items() if zero.get(k) == "auto"})
-    return config
-
-
-def zero3_reference(model: torch.nn.Module, ds_config: dict[str, Any]) -> torch.nn.Module:
-    """The reference for the KL term under ZeRO-3: a frozen copy of ``model`` as its own DeepSpeed
-    engine, sharded like the policy (``inference_config``). Call it on every rank.
-
-    Its forward is collective, like the policy's: every rank must run the same number of them.
-    A policy loaded under ``zero.Init`` (its parameters already shards) is not copied whole:
-    the copy is built sharded from ``model.config`` and filled a few gathered tensors at a time.
-    """
-    if not is_partitioned(model):
-        ref = make_reference(model)
-    else:
-        if not (hasattr(model, "config") and hasattr(type(model), "_from_config")):
-            raise ConfigError(
-                f"beta > 0 under ZeRO-3 with a {type(model).__name__} loaded under zero.Init: its "
-                "sharded reference can only be built for a transformers model",
-                hint="load the model before creating GRPOConfig (then it is copied whole), or set beta=0",
-            )
-        dtype = next(model.parameters()).dtype
-        # transformers builds it under zero.Init while the training arguments' DeepSpeed config is
-        # alive (as the policy was): sharded from the start, never whole on one rank.
-        ref = type(model)._from_config(model.config, dtype=dtype).eval()
-        ref.requires_grad_(False)
-        mix_into_reference(ref, model, 1.0, gather=zero3_gather)
-        buffers = dict(model.named_buffers())
-        with torch.no_grad():
-            for name, b in ref.named_buffers():  # not sharded by ZeRO-3
-                if name in buffers and buffers[name].shape == b.shape:
-                    b.copy_(buffers[name])
-    import deepspeed  # only reached under ZeRO-3
-
-    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
-    engine, *_ = deepspeed.initialize(model=ref, config=inference_config(ds_config, hidden))
-    engine.eval()
-    return engine
-
-
 def check_tied_head(base: Any, model: Any, adapter: str = "default", merged: bool = True) -> None:
     """Refuse (``ConfigError``) a model whose config ties ``lm_head`` to ``embed_tokens``
     (``tie_word_embeddings``, what vLLM builds from) while in the trainer they differ: PEFT's
@@ -648,10 +548,6 @@ def _same_storage(tensor: torch.Tensor, p: torch.Tensor) -> bool:
         return True
 
 
-def _shape(p: torch.nn.Parameter) -> tuple[int, ...]:
-    return tuple(getattr(p, "ds_shape", p.shape))  # a ZeRO-3 shard's full shape
-
-
 def _checkpoint_files(model: Any) -> list[Any]:
     """The safetensors files of the local folder ``model`` was loaded from (empty: not a folder)."""
     from pathlib import Path
@@ -667,35 +563,3 @@ def _equal_as(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
     """Whether ``ours`` is ``theirs`` once cast to its dtype (a model loaded in fp32 from a bf16
     checkpoint, untouched, casts back exactly)."""
     return ours.shape == theirs.shape and torch.equal(ours.to(device="cpu", dtype=theirs.dtype), theirs)
-
-
-@torch.no_grad()
-def mix_into_reference(
-    ref: torch.nn.Module,
-    policy: torch.nn.Module,
-    alpha: float,
-    *,
-    gather: GatherFn = no_gather,
-    max_tensors_per_gather: int = 8,
-) -> None:
-    """``ref = alpha * policy + (1 - alpha) * ref``, parameter by parameter (TR-DPO style reference sync).
-
-    Under ZeRO-3 (``gather=zero3_gather``) every rank must call it: up to ``max_tensors_per_gather``
-    parameters of each model are gathered at once, mixed, and the reference's re-sharded.
-    ``alpha=1`` copies the policy exactly.
-    """
-    current = dict(policy.named_parameters())
-    pairs = []
-    for name, p in ref.named_parameters():
-        q = current.get(name)
-        if q is None or _shape(q) != _shape(p):
-            raise ValueError(f"reference parameter {name} {_shape(p)} has no match in the policy")
-        pairs.append((p, q))
-    for i in range(0, len(pairs), max_tensors_per_gather):
-        chunk = pairs[i : i + max_tensors_per_gather]
-        with gather([q for _, q in chunk]), gather([p for p, _ in chunk], modify=True):
-            for p, q in chunk:
-                if alpha == 1.0:
-                    p.copy_(q.detach())
-                else:
-                    p.mul_(1 - alpha).add_(q.detach().to(p.dtype), alpha=alpha)

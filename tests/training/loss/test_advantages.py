@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from verifiers.training.batch.advantages import (  # noqa: E402
+from verifiers.training.loss.advantages import (  # noqa: E402
     STD_EPS,
     compute_advantages,
     filter_groups,
