@@ -408,7 +408,7 @@ def run_main(name: str, argv: list[str]) -> int:
             async def no_server(*_: Any) -> None:
                 raise AssertionError(f"vf-vllm {argv} was accepted and would start a server")
 
-            mp.setattr(module, "run_server", no_server)
+            mp.setattr("verifiers.inference.server.main.run_server", no_server)  # the server's main
         try:
             return module.main(argv)
         except SystemExit as exc:  # a parser that exits instead of returning (vLLM's)
