@@ -40,6 +40,7 @@ pins this, so that its thread counts never depend on the machine's other work)."
 # with a process that takes half of it already runs at half speed.
 BUSY_ROUNDING = 0.5
 _PROC = Path("/proc")
+SYS_ROOT = Path("/sys/devices/system")
 
 
 @dataclass(frozen=True)
@@ -209,17 +210,17 @@ def torch_threads_beside_neighbours() -> str | None:
 
 def _torch_default_threads() -> int:
     # torch's default intra-op thread count: one per physical core it may use.
-    return len({(pkg, core) for pkg, core in _core_ids(sorted(os.sched_getaffinity(0)))}) or 1
+    return len(one_cpu_per_core(sorted(os.sched_getaffinity(0)))) or 1
 
 
-def _core_ids(cpus: list[int]) -> list[tuple[str, str]]:
-    out = []
-    for cpu in cpus:
-        topo = Path("/sys/devices/system/cpu") / f"cpu{cpu}" / "topology"
+def one_cpu_per_core(cpus: list[int], sys_root: Path = SYS_ROOT) -> list[int]:
+    """The highest-numbered logical CPU of each physical core among ``cpus`` (vLLM's ``auto`` pick)."""
+    by_core: dict[tuple[str, str], int] = {}
+    for cpu in sorted(cpus):
+        topo = sys_root / "cpu" / f"cpu{cpu}" / "topology"
         try:
-            out.append(
-                ((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip())
-            )
-        except OSError:
-            out.append(("?", str(cpu)))
-    return out
+            key = ((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip())
+        except OSError:  # no topology exposed: treat every CPU as its own core
+            key = ("?", str(cpu))
+        by_core[key] = cpu
+    return sorted(by_core.values())

@@ -26,26 +26,20 @@ import os
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from verifiers.utils.cpu_load import CpuLoad, cores_to_use, enabled, least_busy, measure
+from verifiers.utils.cpu_load import (
+    SYS_ROOT,
+    CpuLoad,
+    cores_to_use,
+    enabled,
+    least_busy,
+    measure,
+    one_cpu_per_core,
+)
 
 USER_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
-_SYS = Path("/sys/devices/system")
 
 
-def one_cpu_per_core(cpus: list[int], sys_root: Path = _SYS) -> list[int]:
-    """The highest-numbered logical CPU of each physical core among ``cpus`` (vLLM's ``auto`` pick)."""
-    by_core: dict[tuple[str, str], int] = {}
-    for cpu in sorted(cpus):
-        topo = sys_root / "cpu" / f"cpu{cpu}" / "topology"
-        try:
-            key = ((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip())
-        except OSError:  # no topology exposed: treat every CPU as its own core
-            key = ("?", str(cpu))
-        by_core[key] = cpu
-    return sorted(by_core.values())
-
-
-def numa_nodes(sys_root: Path = _SYS) -> int:
+def numa_nodes(sys_root: Path = SYS_ROOT) -> int:
     nodes = [p for p in (sys_root / "node").glob("node[0-9]*")] if (sys_root / "node").is_dir() else []
     return max(len(nodes), 1)
 
@@ -53,7 +47,7 @@ def numa_nodes(sys_root: Path = _SYS) -> int:
 def all_cores_binding(
     world_size: int,
     env: Mapping[str, str] | None = None,
-    sys_root: Path = _SYS,
+    sys_root: Path = SYS_ROOT,
     load: CpuLoad | None = None,
 ) -> str | None:
     """The ``VLLM_CPU_OMP_THREADS_BIND`` value vf-vllm sets, or None to leave vLLM's default.
