@@ -1,5 +1,5 @@
 """The hang watch's decision (cli/rl/server_watch.py) on a fake clock, its prober on fake probes,
-the config keys of its bounds, and the ``/vf/progress`` counters it reads (fake engine outputs)."""
+the config keys of its bounds, and the ``/vf/progress`` route it reads (over a fake engine)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.doubles.engine_core import FakeCore, outputs
 from verifiers.cli.rl.server_watch import Hang, Probe, Prober, Progress, ServerWatch
 from verifiers.errors import ConfigError
 
@@ -203,41 +204,6 @@ def test_a_bad_bound_is_one_line(inference, message):
 
 
 # -- the counters of /vf/progress --------------------------------------------------------------
-
-
-class FakeCore:
-    """vLLM's async core client, as far as the output handler uses it."""
-
-    def __init__(self):
-        self.queue: asyncio.Queue = asyncio.Queue()
-
-    async def get_output_async(self):
-        return await self.queue.get()
-
-
-def outputs(*token_counts: int, running: int | None = None):
-    stats = None if running is None else SimpleNamespace(num_running_reqs=running, num_waiting_reqs=1)
-    return SimpleNamespace(
-        outputs=[SimpleNamespace(new_token_ids=[7] * n) for n in token_counts], scheduler_stats=stats
-    )
-
-
-def test_engine_progress_counts_what_the_output_handler_receives():
-    from verifiers.inference.server.state import EngineProgress, pending_requests
-
-    async def main():
-        core = FakeCore()
-        engine = SimpleNamespace(engine_core=core, output_processor=SimpleNamespace(request_states={"a": 1}))
-        progress = EngineProgress()
-        assert progress.hook(engine) and progress.counted
-        for batch in (outputs(1, 1, 2, running=3), outputs(), outputs(5)):
-            core.queue.put_nowait(batch)
-            assert await engine.engine_core.get_output_async() is batch  # as the output handler calls it
-        return progress, pending_requests(engine)
-
-    progress, pending = asyncio.run(main())
-    assert (progress.steps, progress.tokens, progress.running, progress.waiting, pending) == (3, 9, 3, 1, 1)
-    assert not EngineProgress().hook(SimpleNamespace()) and pending_requests(SimpleNamespace()) is None
 
 
 def test_the_progress_route_answers_without_the_engine():

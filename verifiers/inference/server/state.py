@@ -124,6 +124,13 @@ class EngineProgress:
         async def counted_receive() -> Any:
             outputs = await receive()
             self.record(outputs)
+            # Let the other tasks of this event loop run once per batch. vLLM's output handler
+            # never yields while outputs are queued (awaiting a non-empty queue, or a socket with
+            # a message waiting, does not suspend), so an API process slower than its engine
+            # (2 cores shared with other work) answered no request, /health included, until the
+            # generation ended: 15 s in tests/inference/test_server_hang.py beside four busy
+            # processes, long enough to look hung. One loop turn per engine step costs microseconds.
+            await asyncio.sleep(0)
             return outputs
 
         # On the instance: the output handler looks the method up at each call, so the
