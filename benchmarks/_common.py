@@ -106,36 +106,66 @@ def vllm_server(
             proc.wait(10)
 
 
+def _tree(pid: int) -> list:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of a process and all its descendants (vf-vllm: API server, engine core, worker)."""
+    """Resident memory of a process and all its descendants (vf-vllm: API server, engine core, worker),
+    summed: a page that several of them map (torch's libraries, which each process loads) counts once
+    per process, so this overstates what the tree takes. :func:`tree_pss_bytes` counts it once."""
     import psutil
 
     total = 0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    for proc in procs:
+    for proc in _tree(pid):
         with contextlib.suppress(psutil.NoSuchProcess):
             total += proc.memory_info().rss
     return total
 
 
-class PeakTreeRSS:
-    """Samples ``tree_rss_bytes(pid)`` in a thread while the ``with`` body runs; ``.peak`` is the highest.
+def pss_bytes(pid: int) -> int:
+    """A process's proportional set size: its own pages, plus each shared page divided by the number of
+    processes mapping it (/proc/PID/smaps_rollup, Linux 4.14+; 0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
-    Sampling can miss a short spike, so this is a lower bound of the true peak of the sum.
+
+def tree_pss_bytes(pid: int) -> int:
+    """The memory a process tree takes, each page counted once (the sum of the tree's PSS). A page
+    it shares with a process outside the tree counts only in part: the benchmarks add it to their
+    trainer's peak RSS, which counts the libraries both map in full, so the sum still counts those
+    pages more than once (never less). Reported beside the RSS sum."""
+    return sum(pss_bytes(p.pid) for p in _tree(pid))
+
+
+class PeakTreeRSS:
+    """Samples the tree's summed RSS and PSS in a thread while the ``with`` body runs; ``.peak`` and
+    ``.peak_pss`` are the highest of each.
+
+    Sampling can miss a short spike, so these are lower bounds of the true peaks.
     """
 
     def __init__(self, pid: int, every_s: float = 0.25):
-        self.pid, self.every_s, self.peak = pid, every_s, 0
+        self.pid, self.every_s, self.peak, self.peak_pss = pid, every_s, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.pid))
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> PeakTreeRSS:

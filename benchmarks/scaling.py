@@ -21,8 +21,8 @@ Ours' points share one vf-vllm server (vs_trl.py's flags); TRL's points run afte
 so TRL has the whole machine. TRL is slow (~110 s/step at 64 x 64), so by default it runs at fewer
 points: rollouts 16, 32, 64 and lengths 32, 64, 128 (``--trl-rollouts``, ``--trl-lengths``).
 Per point: seconds per step and completion tokens/s over steps 2..n (step 1 is warm-up, as in
-vs_trl.py), peak RSS (ours: trainer + the server's process tree while that point ran; TRL: its
-one process). Writes a markdown table, ``scaling.json`` (rewritten after every point) and
+vs_trl.py), peak memory (ours: the trainer's peak RSS + the server's process tree's peak PSS sum while that
+point ran; TRL: its one process's peak RSS). Writes a markdown table, ``scaling.json`` (rewritten after every point) and
 ``scaling.png`` to ``--out``, and ends with one line: the log-log slopes of s/step on each axis
 (the exponent: 1.0 = cost grows linearly) and TRL's s/step over ours' at the largest point both ran.
 """
@@ -168,6 +168,7 @@ def run_point(args, vs_trl, tool: str, p: Point, server_pid: int | None) -> dict
             with PeakTreeRSS(server_pid) as peak:
                 result = vs_trl.spawn(tool, ns, out)
             result["server_peak_rss_bytes"] = peak.peak
+            result["server_peak_pss_bytes"] = peak.peak_pss
     except SystemExit as exc:  # one failed point (e.g. out of memory) must not lose the others
         if not isinstance(exc.code, str):  # SIGTERM / exit code, not spawn's failure message: stop
             raise
@@ -189,8 +190,9 @@ def summarize_point(row: dict[str, Any], vs_trl, machine_flops: float) -> None:
         train_flops_share=s["train_flops_share"],
         completion_len_mean=sum(lengths) / len(lengths) if lengths else float("nan"),
         trainer_peak_rss_bytes=r["peak_rss_bytes"],
-        server_peak_rss_bytes=r.get("server_peak_rss_bytes", 0),
-        peak_rss_bytes=r["peak_rss_bytes"] + r.get("server_peak_rss_bytes", 0),
+        server_peak_bytes=vs_trl.server_peak_bytes(r),  # PSS summed (vs_trl.py says why)
+        server_peak_rss_sum_bytes=r.get("server_peak_rss_bytes", 0),
+        peak_rss_bytes=vs_trl.total_peak_bytes(r),
         summary=s,
     )
     if lengths and row["completion_len_mean"] < 0.95 * row["length"]:
@@ -243,7 +245,7 @@ def table(rows: list[dict[str, Any]], axes: dict[str, list[Point]]) -> str:
             cell = lambda r, k, f: f.format(r[k]) if r else "-"  # noqa: E731
             mem = (
                 f"{o['peak_rss_bytes'] / GIB:.2f} GiB ({o['trainer_peak_rss_bytes'] / GIB:.2f} + "
-                f"{o['server_peak_rss_bytes'] / GIB:.2f})"
+                f"{o['server_peak_bytes'] / GIB:.2f})"
                 if o
                 else "-"
             )
@@ -409,7 +411,7 @@ def main() -> None:
                 "(vs_trl.kv_cache_tokens), so its memory is about the same at every point; stopped before TRL's; "
                 "ours runs with vs_trl.spawn's default cpu_phases",
             },
-            "memory": "ours: trainer's peak RSS + the server process tree's peak RSS sampled while the point ran; "
+            "memory": "ours: trainer's peak RSS + the server process tree's peak PSS sum (each page once) sampled while the point ran; "
             "TRL: its process's peak RSS",
             "warm_up": "step 1 is excluded from s/step and tokens/s (vs_trl.summarize)",
             "machine_fp32_matmul_flops": machine_flops,

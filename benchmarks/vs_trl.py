@@ -386,9 +386,16 @@ def kv_cache_tokens(args: argparse.Namespace) -> int:
     return 8 * args.prompts * (args.max_tokens + 64)
 
 
+def server_peak_bytes(r: dict[str, Any]) -> int:
+    """The server tree's peak, each page counted once (PSS summed; _common.tree_pss_bytes): its
+    processes (API server, engine core) each load torch, and their RSS sum counted those library
+    pages once per process. The RSS sum when PSS could not be read."""
+    return r.get("server_peak_pss_bytes") or r.get("server_peak_rss_bytes", 0)
+
+
 def total_peak_bytes(r: dict[str, Any]) -> int:
-    """Peak memory of one of ours' runs: the trainer's plus the server tree's."""
-    return r["peak_rss_bytes"] + r.get("server_peak_rss_bytes", 0)
+    """Peak memory of one of ours' runs: the trainer's peak RSS plus the server tree's (above)."""
+    return r["peak_rss_bytes"] + server_peak_bytes(r)
 
 
 def summarize(r: dict[str, Any], machine_flops: float) -> dict[str, Any]:
@@ -437,13 +444,17 @@ def summarize(r: dict[str, Any], machine_flops: float) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| run | s/step | steps/s | tokens/s | gen share (exposed) | train share | sync share | "
-        "peak RSS trainer | peak RSS server | peak RSS total | reward step 1 → last | train GFLOP/s (share) |"
+        "peak RSS trainer | peak server: PSS (RSS sum) | peak total | reward step 1 → last | train GFLOP/s (share) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         s = r["summary"]
         sh = s["share"]
-        server = f"{r['server_peak_rss_bytes'] / GIB:.2f} GiB" if r.get("server_peak_rss_bytes") else "-"
+        server = (
+            f"{server_peak_bytes(r) / GIB:.2f} GiB ({r['server_peak_rss_bytes'] / GIB:.2f})"
+            if r.get("server_peak_rss_bytes")
+            else "-"
+        )
         lines.append(
             f"| {r['name']} | {s['s_per_step']:.1f} | {s['steps_per_s']:.4f} | {s['completion_tokens_per_s']:.1f} | "
             f"{sh['generation']:.0%} ({sh['wait_generation']:.0%}) | {sh['train']:.0%} | {sh['sync']:.0%} | "
@@ -583,6 +594,7 @@ def main() -> None:
                 with PeakTreeRSS(server.pid) as peak:
                     rows.append(spawn("ours", args, out, phases))
                 rows[-1]["server_peak_rss_bytes"] = peak.peak
+                rows[-1]["server_peak_pss_bytes"] = peak.peak_pss
         if not args.skip_trl:  # after the server is stopped: TRL gets the whole machine
             rows.append(spawn("trl", args, out))
     peaks_after = matmul_rates()
@@ -659,11 +671,16 @@ def main() -> None:
         "memory_vs_trl": memory,
         "memory": {
             "ours_trainer_bytes": ours["peak_rss_bytes"],
-            "ours_server_bytes": ours.get("server_peak_rss_bytes", 0),
+            "ours_server_bytes": server_peak_bytes(ours),
+            "ours_server_rss_sum_bytes": ours.get("server_peak_rss_bytes", 0),
+            "memory_vs_trl_rss_sum": (ours["peak_rss_bytes"] + ours.get("server_peak_rss_bytes", 0))
+            / trl["peak_rss_bytes"]
+            if trl
+            else None,
             "trl_bytes": trl["peak_rss_bytes"] if trl else None,
-            "how": "peak RSS: the trainer's own (VmHWM), the vf-vllm process tree's sampled every 0.25 s "
-            "(API server + engine core + worker, summed; shared library pages count once per process), "
-            "TRL's own (VmHWM). memory_vs_trl = (ours trainer + ours server) / TRL",
+            "how": "the trainer's peak RSS (VmHWM); the vf-vllm process tree's peak sampled every 0.25 s as "
+            "its summed PSS (each page once; the RSS sum, which counts torch's libraries once per process, "
+            "beside it); TRL's peak RSS (VmHWM). memory_vs_trl = (ours trainer + ours server PSS) / TRL",
             "kv_cache_tokens": kv_tokens,
         },
         "met": {
