@@ -77,7 +77,7 @@ class NcclWeightSender:
     each round through it, with a fresh :func:`weight_source_class` source per round;
     0.26 has only the static ``trainer_init`` / ``NCCLWeightTransferEngine.trainer_send_weights``,
     so the round is driven here, the same four calls in the same order.
-    tests/inference/test_nccl_release_contract.py runs this class through each release's
+    tests/inference/test_nccl_sender.py runs this class through each release's
     own trainer engine, packing and worker receive, with only the NCCL group stood in.
 
     NCCL calls cannot be interrupted, so the caller runs :meth:`send` in a thread and
