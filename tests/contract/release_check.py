@@ -91,7 +91,7 @@ def gpu_platform() -> None:
     PLATFORM = "vllm.platforms.cuda.CudaPlatform"
 
 
-# -- weight transfer: what verifiers/inference/transport.py (NcclWeightSender) and server/routes.py use -------
+# -- weight transfer: what verifiers/inference/client/nccl_sender.py and server/routes.py use -------
 
 
 @check
@@ -103,7 +103,7 @@ def weight_transfer_base():
         WeightTransferUpdateRequest,
     )
 
-    meta = ParamMeta("w", torch.float32, (2, 3))  # transport.py builds it positionally
+    meta = ParamMeta("w", torch.float32, (2, 3))  # nccl_sender.py builds it positionally
     assert (meta.name, meta.dtype, tuple(meta.shape)) == ("w", torch.float32, (2, 3))
     assert inspect.isclass(WeightSource)
     assert WeightTransferInitRequest(init_info={"a": 1}).init_info == {"a": 1}  # server/routes.py nccl_init
@@ -163,7 +163,7 @@ def nccl_sender_source():
     if not _engine_api():
         return
 
-    from verifiers.inference.transport import NcclWeightSender
+    from verifiers.inference.client.nccl_sender import NcclWeightSender
 
     captured = {}
 

@@ -204,7 +204,7 @@ def test_an_adapter_load_that_times_out_leaves_the_folder_to_the_server():
     import subprocess
     import sys
 
-    from verifiers.inference.transport import transfer_dir
+    from verifiers.inference.wire import transfer_dir
 
     def written() -> set[Path]:
         return set(transfer_dir().glob(f"vf-lora-{os.getpid()}-*"))
@@ -281,7 +281,7 @@ def test_one_client_serves_successive_event_loops():
 def test_staging_file_is_reused_and_readable(tmp_path):
     from safetensors.torch import load_file
 
-    from verifiers.inference.transport import StagingFile
+    from verifiers.inference.client.transport import StagingFile
 
     staging = StagingFile()
     mixed = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.randn(2, 2)}
@@ -309,13 +309,13 @@ def test_a_killed_processes_weight_file_and_adapter_folder_are_removed_by_the_ne
     import subprocess
     import sys
 
-    from verifiers.inference.transport import StagingFile
+    from verifiers.inference.client.transport import StagingFile
 
     code = (
-        "import sys, time, torch\nfrom verifiers.inference import transport\n"
+        "import sys, time, torch\nfrom verifiers.inference.client import adapters, transport\n"
         "s = transport.StagingFile()\nprint(s.write({'w': torch.zeros(1000)}), flush=True)\n"
         "cfg = {'r': 2, 'lora_alpha': 4, 'target_modules': ['q_proj'], 'peft_type': 'LORA'}\n"
-        "print(transport.write_lora_dir({'q_proj.lora_A.weight': torch.ones(2, 4)}, cfg), flush=True)\n"
+        "print(adapters.write_lora_dir({'q_proj.lora_A.weight': torch.ones(2, 4)}, cfg), flush=True)\n"
         "time.sleep(600)\n"
     )
     root = Path(__file__).resolve().parents[2]
@@ -340,7 +340,7 @@ def test_a_killed_processes_weight_file_and_adapter_folder_are_removed_by_the_ne
 
 
 def test_an_adapter_folder_that_fails_to_write_is_removed(tmp_path):
-    from verifiers.inference.transport import write_lora_dir
+    from verifiers.inference.client.adapters import write_lora_dir
 
     not_an_adapter = tmp_path / "empty"
     not_an_adapter.mkdir()
@@ -354,7 +354,7 @@ def test_lora_tensors_match_peft(tiny_model_dir):
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
-    from verifiers.inference.transport import lora_payload
+    from verifiers.inference.client.adapters import lora_payload
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
@@ -366,7 +366,9 @@ def test_lora_tensors_match_peft(tiny_model_dir):
 
 
 def test_load_refuses_a_file_that_differs_from_begin():
-    from verifiers.inference import transport
+    from verifiers.inference import wire
+    from verifiers.inference.client import transport
+    from verifiers.inference.safetensors_writer import write_safetensors
 
     with double() as d:
         client = VLLMClient(d.url)
@@ -374,8 +376,8 @@ def test_load_refuses_a_file_that_differs_from_begin():
         client._request(
             "POST", "/vf/weights/begin", json={"update_id": "u1", "transport": "shm", "params": meta}
         )
-        path = transport.transfer_dir() / transport.new_name("weights", ".safetensors")
-        transport.write_safetensors({"embed.weight": torch.zeros(2, 2)}, path)  # not what begin announced
+        path = wire.transfer_dir() / wire.new_name("weights", ".safetensors")
+        write_safetensors({"embed.weight": torch.zeros(2, 2)}, path)  # not what begin announced
         try:
             with pytest.raises(WeightSyncError) as info:
                 client._request(
@@ -392,7 +394,7 @@ def test_load_refuses_a_file_that_differs_from_begin():
 def test_nccl_control_flow_with_a_fake_broadcast(monkeypatch):
     """The GPU path's HTTP side: no GPU here, so vLLM's NCCL engine is replaced by a stand-in."""
     pytest.importorskip("vllm")
-    from verifiers.inference import transport
+    from verifiers.inference.client import nccl_sender
 
     class FakeSender:  # what NCCLTrainerWeightTransferEngine does, minus the broadcast
         def __init__(self, control, *, master_address, master_port, world_size):
@@ -429,7 +431,7 @@ def test_nccl_control_flow_with_a_fake_broadcast(monkeypatch):
             self.calls.append("update_weights")
             self.update_info = request.update_info
 
-    monkeypatch.setattr(transport, "NcclWeightSender", FakeSender)
+    monkeypatch.setattr(nccl_sender, "NcclWeightSender", FakeSender)
     engine = NcclEngine()
     engine.vllm_config.weight_transfer_config = SimpleNamespace(backend="nccl")
     with Double(engine, Settings()) as d:
@@ -483,7 +485,7 @@ def test_large_update_goes_as_several_files_in_one_transaction():
         assert len(loads) > 1 and all(loads)  # several files, generation paused for all of them
         assert d.engine.calls.count("resume") == 1 and d.engine.calls.count("reset_prefix_cache") == 1
         # q/k/v of one block always share a file
-        from verifiers.inference.transport import split_by_module
+        from verifiers.inference.client.transport import split_by_module
 
         pieces = split_by_module(weights(), 1)
         qkv = [i for i, p in enumerate(pieces) for n in p if "_proj" in n]

@@ -91,8 +91,9 @@ def test_each_route_is_one_module_level_function():
 
 
 def test_the_0_2_inference_paths_still_import():
-    """0.2's flat modules are compat entries (the same module objects); the two old module names
-    that are packages now keep their names on the package, imported on first use."""
+    """0.2's flat modules are compat entries (the same module objects, or for transport.py, which
+    held both sides, its names); the two old module names that are packages now keep their names on
+    the package, imported on first use."""
     import importlib
 
     import verifiers.inference.server.worker as worker
@@ -123,6 +124,19 @@ def test_the_0_2_inference_paths_still_import():
     )
 
     assert VLLMClient is moved and callable(is_server_lost) and ADMIN_HEADER == server_header
+    # defined once, beside both sides (both import it)
+    assigned = [
+        str(path.relative_to(PACKAGE.parent))
+        for path in sorted((PACKAGE / "inference").rglob("*.py"))
+        if "\nADMIN_HEADER =" in path.read_text(encoding="utf-8")
+    ]
+    assert assigned == ["verifiers/inference/wire.py"], assigned
+    # 0.2's transport.py held both sides: each of its names now comes from the side that runs it
+    import verifiers.inference.transport as old_transport
+    from verifiers.compat import REEXPORTED
+
+    for name, source in REEXPORTED["verifiers.inference.transport"].items():
+        assert getattr(old_transport, name) is getattr(importlib.import_module(source), name), name
     assert all((RouteError, Settings, State, Update, attach, build_router, check_admin, cleanup, is_loopback))
     from verifiers.training.weights.names import layer_of
 

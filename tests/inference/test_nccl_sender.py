@@ -1,4 +1,4 @@
-"""``transport.NcclWeightSender`` through each vLLM release's own weight-transfer code (no GPU, no NCCL).
+"""``nccl_sender.NcclWeightSender`` through each vLLM release's own weight-transfer code (no GPU, no NCCL).
 
 Each release runs in a child process (tests/inference/vllm_release_child.py) that imports that
 release's Python tree: vf's channel, control and sender drive the release's trainer engine (0.32+)
@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.doubles.vllm_release_run import check_release_run, run_release  # noqa: E402
-from verifiers.inference import transport  # noqa: E402
+from verifiers.inference.client import transport  # noqa: E402
 
 
 def installed_vllm() -> str | None:

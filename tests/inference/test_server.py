@@ -241,7 +241,7 @@ def test_update_never_committed_expires_and_generation_resumes(client, base_mode
 
 def adapter_folders() -> list[Path]:
     """The adapter folders vf wrote on this machine (``vf-lora-<pid>-<id>``)."""
-    from verifiers.inference.transport import is_transfer_name, transfer_dir
+    from verifiers.inference.wire import is_transfer_name, transfer_dir
 
     return [p for p in transfer_dir().glob("vf-lora-*") if is_transfer_name(p, "lora")]
 
@@ -280,7 +280,7 @@ def test_restart_is_detected_and_client_recovers(server, client, base_model):
     with pytest.raises((ServerUnreachableError, ServerTimeoutError, WeightSyncError)):
         client.update_weights(base_model.named_parameters(), timeout=5)
     # An adapter folder nobody holds (its server was killed) goes at the next start.
-    from verifiers.inference.transport import new_name, transfer_dir
+    from verifiers.inference.wire import new_name, transfer_dir
 
     abandoned = transfer_dir() / new_name("lora")
     abandoned.mkdir()

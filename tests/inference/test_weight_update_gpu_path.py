@@ -27,8 +27,8 @@ pytest.importorskip("uvicorn")
 
 from tests.doubles.vllm_engine import Double, FakeEngine, weights  # noqa: E402
 from verifiers.errors import ConfigError, WeightSyncError  # noqa: E402
-from verifiers.inference import ipc_handles, transport  # noqa: E402
-from verifiers.inference.client import ipc_update  # noqa: E402
+from verifiers.inference import ipc_handles  # noqa: E402
+from verifiers.inference.client import ipc_update, nccl_sender, transport  # noqa: E402
 from verifiers.inference.client.vllm_client import VLLMClient, is_server_lost  # noqa: E402
 from verifiers.inference.server.state import Settings  # noqa: E402
 from verifiers.inference.server.worker import WeightSyncExtension  # noqa: E402
@@ -262,7 +262,7 @@ def test_failed_rollback_keeps_generation_paused_and_health_unready(gpu):
 
 
 def fake_sender(made: list, die=None):
-    """Stands in for transport.NcclWeightSender: vLLM's trainer engine minus the broadcast."""
+    """Stands in for nccl_sender.NcclWeightSender: vLLM's trainer engine minus the broadcast."""
 
     class FakeSender:
         def __init__(self, control, *, master_address, master_port, world_size):
@@ -293,7 +293,7 @@ def fake_sender(made: list, die=None):
 
 def test_restarted_server_gets_a_new_nccl_group(gpu, monkeypatch):
     senders: list = []
-    monkeypatch.setattr(transport, "NcclWeightSender", fake_sender(senders))
+    monkeypatch.setattr(nccl_sender, "NcclWeightSender", fake_sender(senders))
     d, worker = gpu()
     client = VLLMClient(d.url)
     assert client.update_weights(weights(1.0), transport_name="nccl") == 1
@@ -315,7 +315,7 @@ def test_restarted_server_gets_a_new_nccl_group(gpu, monkeypatch):
 def test_nccl_update_that_dies_with_the_server_counts_as_server_lost(gpu, monkeypatch):
     senders: list = []
     d, worker = gpu()
-    monkeypatch.setattr(transport, "NcclWeightSender", fake_sender(senders, die=d.__exit__))
+    monkeypatch.setattr(nccl_sender, "NcclWeightSender", fake_sender(senders, die=d.__exit__))
     client = VLLMClient(d.url, max_retries=0)
     with pytest.raises(WeightSyncError) as info:
         client.update_weights(weights(), transport_name="nccl", timeout=20)
@@ -327,7 +327,7 @@ def test_nccl_update_that_dies_with_the_server_counts_as_server_lost(gpu, monkey
 
 def test_nccl_failure_with_the_server_alive_is_not_server_lost(gpu, monkeypatch):
     senders: list = []
-    monkeypatch.setattr(transport, "NcclWeightSender", fake_sender(senders, die=lambda: None))
+    monkeypatch.setattr(nccl_sender, "NcclWeightSender", fake_sender(senders, die=lambda: None))
     d, worker = gpu()
     client = VLLMClient(d.url)
     with pytest.raises(WeightSyncError) as info:
@@ -618,7 +618,7 @@ def counting_sender(live: LiveBytes):
 @pytest.mark.parametrize("kind", ["nccl", "ipc"])
 def test_gpu_sync_holds_one_chunk_of_whole_layers_at_a_time(gpu, monkeypatch, kind):
     live = LiveBytes()
-    monkeypatch.setattr(transport, "NcclWeightSender", counting_sender(live))
+    monkeypatch.setattr(nccl_sender, "NcclWeightSender", counting_sender(live))
 
     def share(tensors):  # CUDA IPC handles made up; what is alive is measured for real
         live.at_send.append(live.now())
@@ -732,7 +732,7 @@ def test_unknown_gpus_of_a_data_parallel_server_never_pick_nccl():
 
 def test_a_new_trainer_group_releases_the_old_one_and_closing_releases_it(gpu, monkeypatch):
     senders: list = []
-    monkeypatch.setattr(transport, "NcclWeightSender", fake_sender(senders))
+    monkeypatch.setattr(nccl_sender, "NcclWeightSender", fake_sender(senders))
     d, worker = gpu()
     released: list[str] = []
 

@@ -221,7 +221,7 @@ def model_tensors(scale: float) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    from verifiers.inference import transport
+    from verifiers.inference.client import transport
     from verifiers.inference.client.nccl_update import NcclChannel
 
     client = Client()

@@ -44,7 +44,7 @@ Differences from ``vllm serve``, each on purpose:
   0.32, the workers' ``vllm_dist_*`` rendezvous file. What a server killed with
   SIGKILL left, those files, its shared memory in /dev/shm (``psm_*``,
   ``sem.mp-*``) and the adapter folder it served (``/dev/shm/vf-lora-*``), the
-  next vf-vllm start removes (verifiers/inference/server/files.py, transport.py).
+  next vf-vllm start removes (verifiers/inference/server/files.py, wire.py).
 * Flags that vLLM retired but old docs still show (``--disable-log-requests``,
   ...) are dropped with a one-line warning instead of failing.
 * Tools reach every model: when the model's chat template ignores ``tools`` and no

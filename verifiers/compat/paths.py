@@ -24,6 +24,8 @@ Where the paths come from:
   documented command), now ``verifiers.tokenization`` and ``verifiers.failures``.
 * 0.2's ``verifiers.utils.env_loader``, ``sandbox`` and ``sandbox_child``: environment code,
   now under ``verifiers/envs/`` (utils holds no domain).
+* 0.2's flat ``verifiers.inference`` modules, split by process: ``server/`` runs in vLLM,
+  ``client/`` in the trainer, what both share stays in ``verifiers.inference``.
 
 Old 0.2 paths that are packages now keep their names on the package itself instead
 (``verifiers.training.config``, ``verifiers.training.rl``, ``verifiers.cli.rl``); the other
@@ -138,6 +140,49 @@ REEXPORTED: dict[str, dict[str, str]] = {
     },
     # 0.2's docs: the package of the three modules above
     "verifiers.rollout": {},
+    # 0.2's verifiers.inference.transport held both sides of a weight transfer (issue 44): the
+    # names both processes share are in inference/wire.py (and safetensors_writer.py), the
+    # trainer's side in inference/client/, unpacking an uploaded adapter in inference/server/.
+    "verifiers.inference.transport": {
+        **dict.fromkeys(
+            (
+                "TRANSPORTS",
+                "FILE_PREFIX",
+                "ADAPTER_CONFIG_KEY",
+                "transfer_dir",
+                "new_name",
+                "is_transfer_name",
+                "remove_abandoned_transfer_files",
+            ),
+            "verifiers.inference.wire",
+        ),
+        **dict.fromkeys(("write_safetensors", "safetensors_bytes"), "verifiers.inference.safetensors_writer"),
+        **dict.fromkeys(
+            (
+                "TRANSPORT_ENV",
+                "env_override",
+                "gpu_uuid",
+                "choose_transport",
+                "prepare_tensors",
+                "split_by_module",
+                "layer_pieces",
+                "tensor_meta",
+                "cuda_device_of",
+                "ready_event",
+                "gpu_chunks",
+                "StagingFile",
+                "write_probe",
+            ),
+            "verifiers.inference.client.transport",
+        ),
+        **dict.fromkeys(
+            ("lora_payload", "write_lora_dir", "lora_blob"), "verifiers.inference.client.adapters"
+        ),
+        **dict.fromkeys(
+            ("weight_source_class", "NcclWeightSender"), "verifiers.inference.client.nccl_sender"
+        ),
+        "unpack_lora_blob": "verifiers.inference.server.adapter_upload",
+    },
     # 0.1.10+ (issue 25)
     # 0.1.14: harbor_env became a package (env.py, mcp.py; mcp is refused, verifiers.compat.refused)
     "verifiers.envs.experimental.harbor_env": {"HarborEnv": "verifiers.envs.refused"},

@@ -29,7 +29,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from tests.doubles.vllm_engine import Double, FakeEngine  # noqa: E402
 from verifiers.errors import WeightSyncError  # noqa: E402
-from verifiers.inference import transport  # noqa: E402
+from verifiers.inference.client import transport  # noqa: E402
 from verifiers.inference.client.vllm_client import VLLMClient  # noqa: E402
 from verifiers.inference.names import clean_name, layer_of  # noqa: E402
 from verifiers.inference.server.state import Settings  # noqa: E402

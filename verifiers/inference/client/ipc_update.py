@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verifiers.errors import WeightSyncError
-from verifiers.inference import transport
+from verifiers.inference.client import transport
 from verifiers.inference.ipc_handles import encode_handles
 
 

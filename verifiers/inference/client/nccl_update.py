@@ -1,7 +1,7 @@
 """``NcclChannel``: the trainer's side of a weight update over NCCL (GPU servers).
 
 vLLM's ``NCCLTrainerWeightTransferEngine`` (wrapped by
-``transport.NcclWeightSender``) does the broadcast; it drives the server
+``nccl_sender.NcclWeightSender``) does the broadcast; it drives the server
 through an object with vLLM's ``VLLMWeightSyncClient`` methods.
 ``_NcclControl`` is that object, put onto vf's ``/vf/weights/*`` routes so an
 NCCL update gets the same validation, pause and version handshake as shm and
@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from verifiers.errors import WeightSyncError
-from verifiers.inference import transport
+from verifiers.inference.client import nccl_sender, transport
 
 logger = logging.getLogger("verifiers.inference.client.nccl_update")
 
@@ -54,7 +54,7 @@ class NcclChannel:
         self.control = _NcclControl(client)
         self.broken = False
         self.server_instance: str | None = None  # the server process the group was made with
-        self.sender = transport.NcclWeightSender(
+        self.sender = nccl_sender.NcclWeightSender(
             self.control,
             master_address=master_address,
             master_port=master_port,
@@ -72,7 +72,7 @@ class NcclChannel:
         """One update: begin (announcing ``params``), one broadcast round per chunk, commit.
 
         ``chunks`` is read lazily: each chunk is broadcast and dropped before the next one is
-        made (verifiers/inference/transport.py ``gpu_chunks``), so the trainer holds one chunk
+        made (verifiers/inference/client/transport.py ``gpu_chunks``), so the trainer holds one chunk
         at a time. Each round runs in a thread (NCCL calls cannot be interrupted) that the
         caller waits for until the deadline.
         """

@@ -56,13 +56,14 @@ from verifiers.errors import (
     ServerUnreachableError,
     WeightSyncError,
 )
-from verifiers.inference import transport
+from verifiers.inference.client import adapters, transport
+from verifiers.inference.safetensors_writer import safetensors_bytes
+from verifiers.inference.wire import ADMIN_HEADER
 from verifiers.utils import owned_files
 from verifiers.utils.backoff import Backoff, poll_until
 
 logger = logging.getLogger("verifiers.inference.client.vllm_client")
 
-ADMIN_HEADER = "X-VF-Admin-Token"
 _RETRY_STATUS = {502, 503, 504}
 
 
@@ -437,9 +438,9 @@ class VLLMClient:
         if transport_name == "shm":
             staged = self._stage(pieces)
         elif stream is None:
-            staged = [transport.safetensors_bytes(piece) for piece in pieces]
+            staged = [safetensors_bytes(piece) for piece in pieces]
         else:
-            staged = (transport.safetensors_bytes(piece) for piece in pieces)
+            staged = (safetensors_bytes(piece) for piece in pieces)
         begin = {
             "update_id": update_id,
             "version": version,
@@ -614,7 +615,7 @@ class VLLMClient:
         params = {"version": version} if version is not None else {}
         if transport_name == "shm":
             try:
-                folder = transport.write_lora_dir(adapter, config)
+                folder = adapters.write_lora_dir(adapter, config)
             except (OSError, ValueError) as e:
                 raise WeightSyncError("write", f"cannot write the adapter: {e}") from e
             body = {"name": name, "path": str(folder), **params}
@@ -628,7 +629,7 @@ class VLLMClient:
                 raise
             owned_files.disown(folder)  # the server holds it now, and removes it when it is replaced
         else:
-            blob = transport.lora_blob(adapter, config)
+            blob = adapters.lora_blob(adapter, config)
             self._request(
                 "PUT",
                 f"/vf/lora/upload/{name}",

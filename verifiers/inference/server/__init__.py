@@ -2,7 +2,8 @@
 
 - ``main.py``: the server's main (``vf-vllm``'s parser and its choices, then vLLM's server with vf's routes).
 - ``routes.py``: the ``/vf/...`` routes, one function each; ``state.py``: their shared state.
-- ``worker.py``: the vLLM worker extension that loads the trainer's weights.
+- ``worker.py``: the vLLM worker extension that loads the trainer's weights; ``adapter_upload.py``:
+  an adapter uploaded over HTTP written out as a folder.
 - ``kv_cache.py``, ``cpu_binding.py``, ``vllm_flags.py``, ``vllm_version.py``: choices made before vLLM starts.
 - ``files.py``, ``parent_watch.py``, ``log_filter.py``: what the server leaves behind, its end with its
   launcher, and its log.
@@ -22,9 +23,8 @@ from verifiers.utils.extras import lazy_getattr
 _STATE = "verifiers.inference.server.state"
 _ROUTES = "verifiers.inference.server.routes"
 _NAMES = {
-    **dict.fromkeys(
-        ("ADMIN_HEADER", "RouteError", "Settings", "State", "Update", "check_admin", "is_loopback"), _STATE
-    ),
+    "ADMIN_HEADER": "verifiers.inference.wire",  # shared with the client: one definition
+    **dict.fromkeys(("RouteError", "Settings", "State", "Update", "check_admin", "is_loopback"), _STATE),
     **dict.fromkeys(("attach", "build_router", "cleanup"), _ROUTES),
 }
 
@@ -35,7 +35,6 @@ __getattr__ = lazy_getattr(__name__, _NAMES, extra=None)
 if TYPE_CHECKING:  # pragma: no cover
     from verifiers.inference.server.routes import attach, build_router, cleanup  # noqa: F401
     from verifiers.inference.server.state import (  # noqa: F401
-        ADMIN_HEADER,
         RouteError,
         Settings,
         State,
@@ -43,3 +42,4 @@ if TYPE_CHECKING:  # pragma: no cover
         check_admin,
         is_loopback,
     )
+    from verifiers.inference.wire import ADMIN_HEADER  # noqa: F401

@@ -534,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvloop
 
     from verifiers.inference.server.vllm_version import require_supported_vllm, serving_api
-    from verifiers.inference.transport import remove_abandoned_transfer_files
+    from verifiers.inference.wire import remove_abandoned_transfer_files
 
     try:
         require_supported_vllm()  # a vLLM outside the tested range: one line, before anything else

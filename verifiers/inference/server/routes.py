@@ -69,7 +69,7 @@ Admin (header ``X-VF-Admin-Token`` when a token is set, see "Security"):
 * ``POST /vf/nccl/shutdown`` -> ``{"released"}``: the workers release the trainer's NCCL group
   (vLLM 0.32+'s ``shutdown_weight_transfer_engine``; 0.26 has none: ``released`` false)
 * ``POST /vf/lora/load`` ``{"name", "path", "version"?}`` and ``PUT /vf/lora/upload/{name}?version=N``
-  (body from ``transport.lora_blob``) -> ``{"name", "version", "seconds", "load_seconds"}``: hot-swaps
+  (body from ``client/adapters.py``'s ``lora_blob``) -> ``{"name", "version", "seconds", "load_seconds"}``: hot-swaps
   the adapter served as model ``name`` (400 with ``code: lora_disabled`` when the
   server runs without ``--enable-lora``).
 * ``POST /vf/reset_prefix_cache`` -> ``{"success"}``; ``POST /vf/pause?mode=keep``
@@ -101,9 +101,9 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from verifiers.inference import transport
+from verifiers.inference import wire
+from verifiers.inference.server.adapter_upload import unpack_lora_blob
 from verifiers.inference.server.state import (
-    ADMIN_HEADER,
     RouteError,
     Settings,
     State,
@@ -123,7 +123,7 @@ PAUSE_MODES = ("keep", "wait", "abort")
 GPU_TRANSPORTS = ("nccl", "ipc")  # vLLM weight-transfer backends, one per server
 LORA_OFF = "LoRA is not enabled on this server; start vf-vllm with --enable-lora --max-lora-rank R"
 NO_NCCL = "this server has no GPU weight transfer (CPU); use transport 'shm' or 'http'"
-BEGIN_FIELDS = f"need update_id, transport in {transport.TRANSPORTS}, pause_mode in {PAUSE_MODES}"
+BEGIN_FIELDS = f"need update_id, transport in {wire.TRANSPORTS}, pause_mode in {PAUSE_MODES}"
 
 
 def _gpu_transports(vllm_config: Any) -> list[str]:
@@ -148,7 +148,7 @@ def _state(request: Request) -> State:
 
 
 async def _admin(request: Request) -> None:
-    check_admin(_state(request).settings, request.headers.get(ADMIN_HEADER))
+    check_admin(_state(request).settings, request.headers.get(wire.ADMIN_HEADER))
 
 
 def _number(body: dict[str, Any], key: str, default: float) -> float:
@@ -262,7 +262,7 @@ async def begin(request: Request):
     version = body.get("version", st.version + 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise RouteError(400, "request", f"version is {version!r}; it must be an integer >= 0")
-    if not update_id or kind not in transport.TRANSPORTS or pause_mode not in PAUSE_MODES:
+    if not update_id or kind not in wire.TRANSPORTS or pause_mode not in PAUSE_MODES:
         raise RouteError(400, "request", BEGIN_FIELDS)
     if not isinstance(params, list) or not params:
         raise RouteError(400, "validate", "params must list at least one {name, shape, dtype}")
@@ -348,7 +348,7 @@ async def _load_file(st: State, u: Update, path: Path) -> dict[str, Any]:
 async def load(request: Request):
     st, body = _state(request), await _body(request)
     u, path = st.current(str(body.get("update_id"))), str(body.get("path", ""))
-    if not transport.is_transfer_name(path, "weights") or not Path(path).is_file():
+    if not wire.is_transfer_name(path, "weights") or not Path(path).is_file():
         raise RouteError(
             400,
             "transfer",
@@ -361,7 +361,7 @@ async def upload(update_id: str, request: Request):
     st = _state(request)
     u = st.current(update_id)
     size = int(request.headers.get("content-length") or 0)
-    path = transport.transfer_dir(size) / transport.new_name("upload", ".safetensors")
+    path = wire.transfer_dir(size) / wire.new_name("upload", ".safetensors")
     try:
         with open(path, "wb") as fh:
             async for chunk in request.stream():
@@ -512,7 +512,7 @@ async def _swap_lora(request: Request, name: str, path: str, version: int | None
     t0 = time.perf_counter()
     # A folder vf wrote is the server's from here on (the writer lets go once we answer): it
     # stays while it is served and goes when replaced, at exit, or after a SIGKILL at the next start.
-    ours = transport.is_transfer_name(path, "lora")
+    ours = wire.is_transfer_name(path, "lora")
     if ours:
         try:
             owned_files.hold(path)
@@ -536,7 +536,7 @@ async def _swap_lora(request: Request, name: str, path: str, version: int | None
     st.lora_versions[name] = int(version) if version is not None else st.lora_versions.get(name, 0) + 1
     # vLLM reloads an evicted adapter from its path, so the newest folder stays;
     # the one it replaced goes, if vf wrote it.
-    if previous and previous != path and transport.is_transfer_name(previous, "lora"):
+    if previous and previous != path and wire.is_transfer_name(previous, "lora"):
         owned_files.release(previous)
     seconds = time.perf_counter() - t0
     # One line per swap, as a weight update's commit has (server_state.finish): a run's log
@@ -580,9 +580,9 @@ async def lora_upload(name: str, request: Request, version: int | None = None):
     if _state(request).engine.vllm_config.lora_config is None:
         raise RouteError(400, "lora", LORA_OFF, code="lora_disabled")
     try:
-        folder = transport.unpack_lora_blob(await request.body())
+        folder = unpack_lora_blob(await request.body())
     except Exception as e:  # noqa: BLE001
-        raise RouteError(400, "lora", f"body is not an adapter blob from transport.lora_blob: {e}") from e
+        raise RouteError(400, "lora", f"body is not an adapter blob from adapters.lora_blob: {e}") from e
     try:
         return await _swap_lora(request, name, str(folder), version)
     except BaseException:
@@ -636,7 +636,7 @@ async def wake(request: Request):
 async def probe(request: Request):
     body = await _body(request)
     p = Path(str(body.get("path", "")))
-    ok = transport.is_transfer_name(p, "probe") and p.is_file() and p.stat().st_size < 256
+    ok = wire.is_transfer_name(p, "probe") and p.is_file() and p.stat().st_size < 256
     return {"visible": bool(ok and p.read_text().strip() == str(body.get("nonce")))}
 
 
@@ -704,7 +704,7 @@ def cleanup(state: State) -> None:
     """At shutdown: remove the adapter folders vf wrote (they live as long as the server), and
     vLLM's rendezvous files (it leaves one in the temp dir at every start)."""
     for path in state.lora_paths.values():
-        if transport.is_transfer_name(path, "lora"):
+        if wire.is_transfer_name(path, "lora"):
             owned_files.release(path)
     for path in state.rendezvous_files:
         with contextlib.suppress(OSError):

@@ -21,9 +21,9 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-logger = logging.getLogger("verifiers.inference.server")
+from verifiers.inference.wire import ADMIN_HEADER
 
-ADMIN_HEADER = "X-VF-Admin-Token"
+logger = logging.getLogger("verifiers.inference.server")
 
 
 class RouteError(Exception):
