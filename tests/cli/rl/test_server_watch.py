@@ -1,16 +1,12 @@
 """The hang watch's decision (cli/rl/server_watch.py) on a fake clock, its prober on fake probes,
-the config keys of its bounds, and the ``/vf/progress`` route it reads (over a fake engine)."""
+and the config keys of its bounds (the ``/vf/progress`` route it reads: inference/server/test_routes.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from tests.doubles.engine_core import FakeCore, outputs
 from verifiers.cli.rl.server_watch import Hang, Probe, Prober, Progress, ServerWatch
 from verifiers.errors import ConfigError
 
@@ -201,40 +197,3 @@ def test_a_bad_bound_is_one_line(inference, message):
     with pytest.raises(ConfigError) as err:
         parse(**inference)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
-
-
-# -- the counters of /vf/progress --------------------------------------------------------------
-
-
-def test_the_progress_route_answers_without_the_engine():
-    """/vf/progress reads counters only: a fake engine whose every call would hang still gets an answer."""
-    pytest.importorskip("fastapi")
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-
-    from verifiers.inference.server.routes import attach
-    from verifiers.inference.server.state import Settings
-
-    class StuckEngine:
-        def __init__(self):
-            self.engine_core = FakeCore()
-            self.output_processor = SimpleNamespace(request_states={"r1": 0, "r2": 0})
-
-        def __getattr__(self, name):  # any other engine call never returns
-            async def never(*args, **kwargs):
-                await asyncio.Event().wait()
-
-            return never
-
-    app = FastAPI()
-    state = attach(app, StuckEngine(), Settings())
-    state.progress.record(outputs(2, 3))
-    answer = {}
-    thread = threading.Thread(
-        target=lambda: answer.update(TestClient(app).get("/vf/progress").json()), daemon=True
-    )
-    thread.start()
-    thread.join(20)
-    assert answer == {
-        "steps": 1, "tokens": 5, "pending": 2, "running": None, "waiting": None, "paused": False, "counted": True,
-    }  # fmt: skip
