@@ -1,12 +1,18 @@
 """vf-vllm's command line (verifiers/inference/server/main.py): defaults, retired flags dropped with a
-warning, and the CPU KV cache sized for the run unless the user sizes it. Tier 1 (argument parsing,
-no server started)."""
+warning, the CPU KV cache sized for the run unless the user sizes it, and verifiers' tool template
+served unless told otherwise. Tier 1 (argument parsing, no server started)."""
 
 from __future__ import annotations
 
 import pytest
 
 pytest.importorskip("vllm")
+
+from tests.doubles.chat_templates import TOOLS_TEMPLATE  # noqa: E402
+from verifiers.errors import ConfigError  # noqa: E402
+from verifiers.tokenization.chat_template import is_tool_template, wrap_chat_template  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("no_template_override")  # tests/conftest.py
 
 
 def test_cli_defaults_and_retired_flags(capsys):
@@ -64,3 +70,35 @@ def test_cli_sizes_the_cpu_kv_cache_unless_the_user_does(tiny_model_dir, capsys,
     assert "KV cache" not in capsys.readouterr().err
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     assert parse_args(base)[0].kv_cache_memory_bytes is None  # vLLM's legacy variable decides
+
+
+def test_vf_vllm_serves_the_fallback_unless_told_otherwise(tiny_model_dir, tmp_path, capsys):
+    pytest.importorskip("vllm")
+    from verifiers.inference.server.main import parse_args
+
+    base = ["--model", str(tiny_model_dir), "--max-model-len", "512", "--kv-cache-memory-bytes", "1000000"]
+    args, settings = parse_args(base)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "tool template" in x]
+    assert len(lines) == 1 and "ignores tools" in lines[0] and "--no-tool-template" in lines[0]
+    assert args.enable_auto_tool_choice and args.tool_call_parser == "hermes"
+    assert settings.tool_template == args.chat_template and is_tool_template(open(args.chat_template).read())
+
+    args, settings = parse_args([*base, "--no-tool-template"])
+    assert args.chat_template is None and not args.enable_auto_tool_choice and settings.tool_template is None
+
+    mine = tmp_path / "mine.jinja"
+    mine.write_text(TOOLS_TEMPLATE)
+    args, settings = parse_args([*base, "--chat-template", str(mine)])
+    assert (
+        args.chat_template == str(mine) and args.tool_call_parser is None and settings.tool_template is None
+    )
+    ours = tmp_path / "ours.jinja"  # a file written by `python -m verifiers.tokenization.chat_template`
+    ours.write_text(wrap_chat_template(TOOLS_TEMPLATE))
+    args, _ = parse_args([*base, "--chat-template", str(ours)])
+    assert (
+        args.chat_template == str(ours) and args.tool_call_parser == "hermes" and args.enable_auto_tool_choice
+    )
+
+    with pytest.raises(ConfigError, match="--tool-call-parser mistral"):
+        parse_args([*base, "--enable-auto-tool-choice", "--tool-call-parser", "mistral"])
+    assert "tool template" not in capsys.readouterr().err
