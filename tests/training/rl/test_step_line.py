@@ -1,13 +1,17 @@
-"""The step line: the guides' fields, then elapsed time, ETA and where the step's time went."""
+"""What a run prints and logs (verifiers/training/rl/output.py): the step line (the guides' fields, then
+elapsed time, ETA and where the step's time went), and steps logged again after a restart or a resume
+marked as redone in metrics.jsonl."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("transformers")
 
+from verifiers.training.lifecycle import heartbeat as hb  # noqa: E402
 from verifiers.training.rl import output as rl_output  # noqa: E402
 from verifiers.training.rl.output import StepClock, StepLogger, format_duration, format_step_line  # noqa: E402
 
@@ -87,3 +91,46 @@ def test_step_logger_prints_the_timed_line(tmp_path, capsys, monkeypatch):
     assert out[1].startswith("Step 2/4: reward=0.450") and out[1].endswith(
         "| 29s elapsed, ETA 29s | gen-wait 4.1s train 9.8s sync 0.6s"
     )
+
+
+def log_steps(output_dir, steps, monkeypatch, attempt: str | None) -> None:
+    from verifiers.training.rl.output import StepLogger
+
+    if attempt is None:
+        monkeypatch.delenv(hb.ENV_ATTEMPT, raising=False)
+    else:
+        monkeypatch.setenv(hb.ENV_ATTEMPT, attempt)
+    logger = StepLogger(str(output_dir))
+    state = SimpleNamespace(global_step=steps[0] - 1, is_world_process_zero=True, max_steps=5)
+    logger.on_train_begin(None, state, None)
+    for step in steps:
+        state.global_step = step
+        logger.on_log(None, state, None, logs={"loss": 0.5, "reward": 1.0})
+
+
+def test_steps_logged_again_after_a_restart_are_marked(tmp_path, monkeypatch, capsys):
+    log_steps(tmp_path, [1, 2, 3], monkeypatch, attempt="1")  # killed after step 3
+    log_steps(tmp_path, [3, 4, 5], monkeypatch, attempt="2")  # resumed from checkpoint-2
+    lines = [json.loads(x) for x in (tmp_path / "runs" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r.get("redone"), r.get("attempt")) for r in lines] == [
+        (1, None, None),
+        (2, None, None),
+        (3, None, None),
+        (3, True, 2),
+        (4, None, 2),
+        (5, None, 2),
+    ]
+    last = {r["step"]: r for r in lines}  # a reader keeps each step's last line
+    assert sorted(last) == [1, 2, 3, 4, 5]
+
+
+def test_a_resume_by_hand_marks_redone_steps_too(tmp_path, monkeypatch):
+    log_steps(tmp_path, [1, 2], monkeypatch, attempt=None)
+    log_steps(tmp_path, [2, 3], monkeypatch, attempt=None)
+    lines = [json.loads(x) for x in (tmp_path / "runs" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r.get("redone"), "attempt" in r) for r in lines] == [
+        (1, None, False),
+        (2, None, False),
+        (2, True, False),
+        (3, None, False),
+    ]
