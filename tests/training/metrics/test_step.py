@@ -1,11 +1,19 @@
-"""The step's metrics (verifiers/training/metrics/step.py): the accumulator's means and extremes,
-and the curves under the name the step module exports. Tier 1 (pure functions)."""
+"""The step's metrics (verifiers/training/metrics/step.py): the accumulator's means and extremes, the
+curves under the name the step module exports, and rollout failures counted by their kind, not their
+message. Tier 1 (pure functions)."""
 
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from tests.doubles.rollouts import outputs_of  # noqa: E402
+from verifiers.envs.state import new_state  # noqa: E402
+from verifiers.failures import ROLLOUT_ENDING, RolloutFailure  # noqa: E402
+from verifiers.training.metrics.step import rollout_metrics  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # tests/conftest.py
 
 
 def test_metrics_accumulator_means_and_extremes():
@@ -26,3 +34,20 @@ def test_plot_curves_writes_a_png(tmp_path):
     path = plot_curves(history, tmp_path / "curves.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
     assert plot_curves([], tmp_path / "none.png") is None
+
+
+def test_counts_read_the_kind_not_the_message():
+    states = []
+    for kind in sorted(ROLLOUT_ENDING, key=lambda k: k.value):
+        state = new_state([], "", "default", {})
+        # The message names another kind: only ``kind`` may be counted.
+        state["failure"] = RolloutFailure(kind, "env_response: ServerUnreachableError: misleading")
+        states.append(state)
+    tool_state = new_state([], "", "default", {})
+    tool_state["tool_timeouts"] = 2
+    states.append(tool_state)
+    outputs = outputs_of(states, [0.0] * len(states))
+    counts = rollout_metrics(outputs, None, outputs.reward)
+    for kind in ROLLOUT_ENDING:
+        assert counts[f"errors/{kind.value}"] == 1.0, kind
+    assert counts["errors/tool_timeout"] == 2.0 and counts["rollout_errors"] == len(ROLLOUT_ENDING)
