@@ -16,6 +16,7 @@ from verifiers.cli import setup as setup_cli  # noqa: E402
 from verifiers.cli.run_config import load as tc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs" / "vf-rl"
 
 
 pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/conftest.py
@@ -105,3 +106,14 @@ def test_setup_bad_input(capsys):
     line = one_error(capsys, setup_cli.main(["--prime-rl", "nope"]))
     assert line.startswith("error: no bundled example for environment 'nope' (use one of: alphabet-sort")
     assert "unrecognized arguments" in one_error(capsys, setup_cli.main(["--bogus"]))
+
+
+@pytest.mark.parametrize(
+    "gpus, recipe", [(0, "reverse-text-cpu.toml"), (1, "reverse-text-1gpu.toml"), (2, "reverse-text.toml")]
+)
+def test_vf_setup_points_at_the_recipe_this_machine_fits(gpus, recipe, tmp_path):
+    from verifiers.cli.setup import closing_line
+
+    line = closing_line(tmp_path, gpus)
+    assert line.startswith(f"run one with: vf-rl @ {tmp_path / recipe}  (")
+    assert (CONFIGS / recipe).is_file()
