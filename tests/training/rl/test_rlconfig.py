@@ -147,5 +147,3 @@ def test_wandb_without_wandb_installed_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="wandb is not installed"):
         cfg(output_dir=str(tmp_path), report_to="wandb").to_grpo_config()
-
-
