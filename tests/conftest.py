@@ -141,6 +141,15 @@ def short_tmp() -> Iterator[Path]:
 
 
 @pytest.fixture
+def no_template_override(monkeypatch):
+    """No ``$VF_CHAT_TEMPLATE`` from the environment: each template test says which template it wants
+    (a module asks with ``pytestmark``)."""
+    from verifiers.tokenization.chat_template import ENV_VAR
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+@pytest.fixture
 def fresh_warnings():
     """Each test starts with no warn-once warning said yet (a module asks with ``pytestmark``)."""
     from verifiers.utils.logging import reset_warn_once

@@ -1,5 +1,6 @@
-"""What the vf-eval tests share: a working folder with reverse-text importable, and log handlers
-dropped between tests."""
+"""What the CLI tests share: for vf-eval, a working folder with reverse-text importable and log
+handlers dropped between tests; for vf-rl, vf-train and vf-setup, a vf-rl config file and one process
+as a user starts it (a module asks for that with ``pytestmark``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.doubles.configs import RL_CONFIG as CONFIG
 
 REVERSE_TEXT_DIR = Path(__file__).resolve().parents[2] / "environments" / "reverse_text"
 
@@ -30,3 +33,19 @@ def fresh_log_handler():
     logger = logging.getLogger("verifiers")
     for handler in [h for h in logger.handlers if getattr(h, "_verifiers", False)]:
         logger.removeHandler(handler)
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    """A vf-rl config (tests/doubles/configs.py) written to a file, as vf-rl and vf-train read it."""
+    path = tmp_path / "cfg.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture
+def one_process(monkeypatch):
+    """No launcher's rank variables: vf-rl runs here as a user starts it, one process, no GPU pinned."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("RANK", raising=False)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import verifiers as vf
+from tests.doubles.cli_errors import one_error
 from tests.doubles.openai_server import fake_server
 from verifiers.cli import eval as vf_eval
 from verifiers.cli import init as vf_init
@@ -23,14 +24,6 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the tomli backport verifiers declares there
     import tomli as tomllib  # type: ignore[no-redef]
-
-
-def one_error(capsys, rc: int) -> str:
-    err = capsys.readouterr().err
-    assert rc == 2 and "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 Stands in for ``AsyncMPClient`` (``get_output_async``) and ``EngineCoreOutputs``: what
 vf-vllm's progress counters (inference/server/state.py ``EngineProgress``) wrap and read. Used by
 the default tier's tests of those counters (tests/inference/server/test_engine_progress.py) and of
-the ``/vf/progress`` route (tests/cli/rl/test_server_watch.py).
+the ``/vf/progress`` route (tests/inference/server/test_routes.py).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Stands in for a generation batch's ``GenerateOutputs`` (each completion a non-empty assistant
 turn; states, rewards and metrics as given), for the code that reads them: rollout failure
-counts and the step's metrics. Used by the default tier's unit tests (tests/envs/test_rollout_failure.py,
-tests/training/metrics/).
+counts and the step's metrics. Used by the default tier's unit tests of the step's metrics
+(tests/training/metrics/).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Typed rollout failures: each kind is set where it happens and counted by kind, not by parsing text."""
+"""Typed rollout failures: each kind is set where it happens (the environments' rollouts,
+verifiers/envs/) and counted by kind, not by parsing text. (The failure as data:
+tests/test_failures.py; the count by kind: tests/training/metrics/test_step.py.)"""
 
 from __future__ import annotations
 
@@ -8,22 +10,14 @@ import pytest
 from datasets import Dataset
 
 from tests.doubles.openai_server import fake_server, make_client, unused_url
-from tests.doubles.rollouts import outputs_of
 from verifiers.envs.environment import Environment
 from verifiers.envs.multiturn import MultiTurnEnv
 from verifiers.envs.singleturn import SingleTurnEnv
 from verifiers.envs.state import new_state
 from verifiers.errors import ServerError, ServerTimeoutError
-from verifiers.failures import (
-    ROLLOUT_ENDING,
-    FailureKind,
-    RolloutFailure,
-    failure_of,
-    model_call_kind,
-    record_failure,
-)
+from verifiers.failures import FailureKind, RolloutFailure, model_call_kind
 from verifiers.rubrics.rubric import Rubric
-from verifiers.training.metrics.step import BATCH_COUNTERS, failure_counts, rollout_metrics
+from verifiers.training.metrics.step import BATCH_COUNTERS, failure_counts
 
 pytestmark = pytest.mark.usefixtures("fresh_warnings")  # tests/conftest.py
 
@@ -166,31 +160,3 @@ async def test_reward_problems_are_counted_by_kind():
     counts = failure_counts(results)
     assert counts["errors/reward_fn"] == 1.0 and counts["errors/nonfinite_reward"] == 1.0
     assert counts["rollout_errors"] == 0.0
-
-
-def test_counts_read_the_kind_not_the_message():
-    states = []
-    for kind in sorted(ROLLOUT_ENDING, key=lambda k: k.value):
-        state = new_state([], "", "default", {})
-        # The message names another kind: only ``kind`` may be counted.
-        state["failure"] = RolloutFailure(kind, "env_response: ServerUnreachableError: misleading")
-        states.append(state)
-    tool_state = new_state([], "", "default", {})
-    tool_state["tool_timeouts"] = 2
-    states.append(tool_state)
-    outputs = outputs_of(states, [0.0] * len(states))
-    counts = rollout_metrics(outputs, None, outputs.reward)
-    for kind in ROLLOUT_ENDING:
-        assert counts[f"errors/{kind.value}"] == 1.0, kind
-    assert counts["errors/tool_timeout"] == 2.0 and counts["rollout_errors"] == len(ROLLOUT_ENDING)
-
-
-def test_rollout_failure_is_plain_data_and_checked():
-    state: dict = {}
-    failure = record_failure(state, FailureKind.ENV_RESPONSE, RuntimeError("x\ny"))
-    assert state["error"] == "env_response: RuntimeError: x y" == failure.message
-    assert RolloutFailure.from_dict(failure.to_dict()) == failure
-    assert failure_of({"failure": failure.to_dict()}) == failure
-    assert failure_of({"error": None}) is None
-    with pytest.raises(ValueError, match="ends a rollout"):
-        RolloutFailure(FailureKind.TOOL_TIMEOUT, "not a rollout-ending kind")

@@ -3,7 +3,8 @@
 SmolLM2's chat template (also the tiny test model's) ignores ``tools``. The fallback
 must be detected, render schemas, tool calls and tool results in the model's own
 ChatML form, produce replies vLLM's own Hermes parser reads back, be what vf-vllm
-serves by default, and be what the trainer renders with (token in, token out).
+serves by default, and be what the trainer renders with (token in, token out). (vf-vllm's flags
+for it: tests/inference/server/test_main.py; vf-rl's: tests/cli/rl/test_plan.py.)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 
 import pytest
 
+from tests.doubles.chat_templates import TOOLS_TEMPLATE
 from verifiers.errors import ConfigError
 from verifiers.tokenization.assembly import prompt_length, render_chat_ids
 from verifiers.tokenization.chat_template import (
@@ -25,6 +27,8 @@ from verifiers.tokenization.chat_template import (
     server_tools,
     wrap_chat_template,
 )
+
+pytestmark = pytest.mark.usefixtures("no_template_override")  # tests/conftest.py
 
 ADD = {
     "type": "function",
@@ -46,12 +50,6 @@ CONVERSATION = [
     {"role": "tool", "content": "5", "tool_call_id": "call_1"},
 ]
 HERMES_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-# A template that does render tools (as many newer models' do): left alone.
-TOOLS_TEMPLATE = (
-    "{%- if tools %}{{ 'TOOLS ' + (tools | tojson) + '\n' }}{% endif -%}"
-    "{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor -%}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif -%}"
-)
 # Strict user/assistant alternation after an optional system message (Llama-2 / Mistral style).
 ALTERNATING_TEMPLATE = (
     "{%- for m in messages -%}"
@@ -68,11 +66,6 @@ def tiny_tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_model_dir))
-
-
-@pytest.fixture(autouse=True)
-def _no_template_override(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
 
 
 def render(tok, messages, tools=None, template=None, add_generation_prompt=True):
@@ -193,50 +186,6 @@ def test_vf_chat_template_makes_the_trainer_follow_another_server_template(
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "missing.jinja"))
     with pytest.raises(ConfigError, match=ENV_VAR):
         effective_chat_template(smol_tokenizer)
-
-
-# -- vf-vllm and vf-rl decide the server's template ---------------------------------------------
-
-
-def test_vf_vllm_serves_the_fallback_unless_told_otherwise(tiny_model_dir, tmp_path, capsys):
-    pytest.importorskip("vllm")
-    from verifiers.inference.server.main import parse_args
-
-    base = ["--model", str(tiny_model_dir), "--max-model-len", "512", "--kv-cache-memory-bytes", "1000000"]
-    args, settings = parse_args(base)
-    lines = [x for x in capsys.readouterr().err.splitlines() if "tool template" in x]
-    assert len(lines) == 1 and "ignores tools" in lines[0] and "--no-tool-template" in lines[0]
-    assert args.enable_auto_tool_choice and args.tool_call_parser == "hermes"
-    assert settings.tool_template == args.chat_template and is_tool_template(open(args.chat_template).read())
-
-    args, settings = parse_args([*base, "--no-tool-template"])
-    assert args.chat_template is None and not args.enable_auto_tool_choice and settings.tool_template is None
-
-    mine = tmp_path / "mine.jinja"
-    mine.write_text(TOOLS_TEMPLATE)
-    args, settings = parse_args([*base, "--chat-template", str(mine)])
-    assert (
-        args.chat_template == str(mine) and args.tool_call_parser is None and settings.tool_template is None
-    )
-    ours = tmp_path / "ours.jinja"  # a file written by `python -m verifiers.tokenization.chat_template`
-    ours.write_text(wrap_chat_template(TOOLS_TEMPLATE))
-    args, _ = parse_args([*base, "--chat-template", str(ours)])
-    assert (
-        args.chat_template == str(ours) and args.tool_call_parser == "hermes" and args.enable_auto_tool_choice
-    )
-
-    with pytest.raises(ConfigError, match="--tool-call-parser mistral"):
-        parse_args([*base, "--enable-auto-tool-choice", "--tool-call-parser", "mistral"])
-    assert "tool template" not in capsys.readouterr().err
-
-
-def test_vf_rl_gives_the_trainer_the_servers_template():
-    from verifiers.cli.rl.plan import trainer_template_env
-
-    assert trainer_template_env({}) == {}
-    assert trainer_template_env({"no_tool_template": False}) == {}
-    assert trainer_template_env({"no_tool_template": True}) == {ENV_VAR: "model"}
-    assert trainer_template_env({"chat_template": "t.jinja"}) == {ENV_VAR: "t.jinja"}
 
 
 # -- (b) + (c) a real vf-vllm server -----------------------------------------------------------

@@ -49,56 +49,6 @@ def no_generator_threads() -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Pieces the trainer wires: log-probs, scoring window, metrics, curves
-
-
-def test_selective_log_softmax_matches_full_log_softmax_in_chunks():
-    from verifiers.training.loss.logprobs import entropy_from_logits, selective_log_softmax
-
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(3, 5, 11, generator=g, requires_grad=True)
-    ids = torch.randint(0, 11, (3, 5), generator=g)
-    full = torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1)
-    chunked = selective_log_softmax(logits, ids, chunk_rows=4)
-    torch.testing.assert_close(chunked, full)
-    chunked.sum().backward()  # gradients flow through the chunked writes
-    assert logits.grad is not None and logits.grad.abs().sum() > 0
-    p = torch.softmax(logits.detach(), -1)
-    torch.testing.assert_close(entropy_from_logits(logits, chunk_rows=4), -(p * p.log()).sum(-1))
-
-
-def test_scoring_inputs_trims_padding_and_starts_at_first_loss_token():
-    from verifiers.training.loss.logprobs import scoring_inputs
-
-    ids = torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 0]])
-    attn = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
-    loss = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]])
-    out = scoring_inputs(ids, attn, loss, loss.float() * -0.5)
-    assert out["start"] == 2 and out["input_ids_BT"].shape == (2, 5)
-    assert out["loss_mask_BT"].tolist() == [[1, 1, 0], [0, 1, 1]]
-
-
-def test_metrics_accumulator_means_and_extremes():
-    from verifiers.training.metrics.step import MetricsAccumulator
-
-    acc = MetricsAccumulator()
-    acc.add({"loss": 1.0, "ratio/min": 0.9, "ratio/max": 1.1})
-    acc.add({"loss": torch.tensor(3.0), "ratio/min": 0.8, "ratio/max": 1.05, "skip": float("nan")})
-    assert acc.pop() == {"loss": 2.0, "ratio/min": 0.8, "ratio/max": 1.1}
-    assert acc.pop() == {}
-
-
-def test_plot_curves_writes_a_png(tmp_path):
-    from verifiers.training.metrics.step import plot_curves
-
-    history = [{"step": i, "loss": 1.0 / i, "reward": 0.1 * i, "reward_std": 0.05} for i in range(1, 6)]
-    history.append({"step": 5, "eval_reward": 0.4})
-    path = plot_curves(history, tmp_path / "curves.png")
-    assert path.read_bytes()[:4] == b"\x89PNG"
-    assert plot_curves([], tmp_path / "none.png") is None
-
-
-# ---------------------------------------------------------------------------
 # The trainer against the fake server
 
 

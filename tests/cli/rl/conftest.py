@@ -1,16 +1,9 @@
-"""Fixtures the vf-rl tests share (tests/cli/rl/): a module asks for them with ``pytestmark``."""
+"""Fixtures the vf-rl tests share (tests/cli/rl/): a module asks for them with ``pytestmark``
+(``one_process`` and ``config_file``, shared with vf-train's and vf-setup's tests: tests/cli/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture
-def one_process(monkeypatch):
-    """No launcher's rank variables: vf-rl runs here as a user starts it, one process, no GPU pinned."""
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("RANK", raising=False)
 
 
 @pytest.fixture

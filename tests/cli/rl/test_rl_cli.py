@@ -1,4 +1,5 @@
-"""vf-rl (dry run, bad input), vf-train and vf-setup, without a real server (supervision: test_rl_launcher.py)."""
+"""vf-rl (dry run, bad input), without a real server (supervision: test_rl_launcher.py; vf-train and
+vf-setup: tests/cli/test_train.py, tests/cli/test_setup.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.doubles.cli_errors import one_error  # noqa: E402
 from tests.doubles.configs import RL_CONFIG as CONFIG  # noqa: E402
-from verifiers.cli import setup as setup_cli  # noqa: E402
 from verifiers.cli import train as train_cli  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
 from verifiers.cli.run_config import load as tc  # noqa: E402
@@ -20,22 +21,7 @@ from verifiers.cli.run_config import load as tc  # noqa: E402
 ROOT = Path(__file__).resolve().parents[3]
 
 
-pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/rl/conftest.py
-
-
-@pytest.fixture
-def config_file(tmp_path):
-    path = tmp_path / "cfg.toml"
-    path.write_text(CONFIG)
-    return path
-
-
-def one_error(capsys, rc: int) -> str:
-    err = capsys.readouterr().err
-    assert rc == 2 and "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert len(lines) == 1, err
-    return lines[0]
+pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/conftest.py
 
 
 # -- vf-rl --dry-run --------------------------------------------------------------------------
@@ -223,12 +209,6 @@ def test_gpus_on_a_cpu_machine_is_refused_before_starting(config_file, capsys, m
     )
 
 
-def test_vf_train_bad_input(tmp_path, config_file, capsys):
-    assert "not found" in one_error(capsys, train_cli.main(["@", str(tmp_path / "nope.toml")]))
-    line = one_error(capsys, train_cli.main(["@", str(config_file), "--trainer.args.lora_rnk", "4"]))
-    assert line == "error: unknown key 'trainer.args.lora_rnk'; did you mean 'lora_rank'?"
-
-
 def test_cli_entry_points_exist():
     text = (ROOT / "setup.py").read_text()
     for script in (
@@ -305,32 +285,7 @@ def test_vf_rl_subprocess_error_has_no_traceback(tmp_path):
     )
 
 
-# -- vf-train: weighted environments ----------------------------------------------------------
-
-
-def test_load_envs_groups_several_environments(monkeypatch):
-    from datasets import Dataset
-
-    import verifiers as vf
-
-    def fake_load(env_id, **args):
-        n = args.get("n", 4)
-        return vf.SingleTurnEnv(dataset=Dataset.from_dict({"question": [f"{env_id}{i}" for i in range(n)]}))
-
-    monkeypatch.setattr(vf, "load_environment", fake_load)
-    specs = [tc.EnvConfig("a", {"n": 8}, None, "a"), tc.EnvConfig("b", {"n": 2}, None, "b")]
-    group = train_cli.load_envs(specs)  # no weights: each env's whole training set, once
-    assert isinstance(group, vf.EnvGroup) and group.env_names == ["a", "b"] and len(group.dataset) == 10
-    assert group.weights is None and list(group.dataset["task"]).count("b") == 2
-    weighted = train_cli.load_envs(
-        [tc.EnvConfig("a", {"n": 8}, 1.0, "a"), tc.EnvConfig("b", {"n": 2}, 4.0, "b")]
-    )
-    assert list(weighted.dataset["task"]).count("b") == 8
-    single = train_cli.load_envs(specs[:1])
-    assert not isinstance(single, vf.EnvGroup)
-
-
-# -- vf-setup ---------------------------------------------------------------------------------
+# -- the prime-rl page's multi-environment example, planned and loaded ---------------------------
 
 
 # The prime-rl page's multi-environment example: its three [[env]] entries (ids, args, weights),
@@ -383,92 +338,6 @@ def test_prime_rl_page_multi_environment_example_runs_with_the_bundled_environme
     assert [env.max_turns for env in group.envs] == [10, 1, 8]  # gsm8k: its one turn, within 5
     with pytest.raises(vf.ConfigError, match=r"^gsm8k: max_turns=0 must be an integer >= 1"):
         vf.load_environment("primeintellect/gsm8k", max_turns=0)
-
-
-def test_setup_writes_example_configs_that_parse(tmp_path, capsys):
-    out = tmp_path / "cfgs"
-    assert setup_cli.main(["--dir", str(out)]) == 0
-    written = sorted(p.stem for p in out.glob("*.toml"))
-    assert written == sorted(setup_cli.example_configs())
-    assert len(written) == 12  # reverse-text has a GPU (the guide's), a one-GPU and a CPU recipe
-    for path in out.glob("*.toml"):
-        tc.load_config(path)
-    assert f"wrote {out / 'reverse-text.toml'}" in capsys.readouterr().out
-
-
-def test_setup_keeps_existing_files_unless_forced(tmp_path, capsys):
-    out = tmp_path / "cfgs"
-    setup_cli.main(["--dir", str(out)])
-    target = out / "reverse-text.toml"
-    target.write_text("# mine\n")
-    setup_cli.main(["--dir", str(out)])
-    text = capsys.readouterr().out
-    assert (
-        f"kept {target} (exists; --force overwrites it)" in text
-        and f"unchanged {out / 'wordle.toml'}" in text
-    )
-    assert target.read_text() == "# mine\n"
-    setup_cli.main(["--dir", str(out), "--force"])
-    assert target.read_text() == setup_cli.example_configs()["reverse-text"]
-
-
-def test_committed_configs_match_the_package_copies():
-    committed = {p.stem: p.read_text() for p in (ROOT / "configs" / "vf-rl").glob("*.toml")}
-    assert committed == setup_cli.example_configs()
-
-
-def test_setup_list(capsys):
-    assert setup_cli.main(["--list"]) == 0
-    assert "reverse-text" in capsys.readouterr().out.split()
-
-
-def test_prime_rl_config_content(tmp_path):
-    assert setup_cli.main(["--prime-rl", "reverse-text-cpu", "--dir", str(tmp_path)]) == 0  # SmolLM2's recipe
-    text = (tmp_path / "reverse-text-cpu.toml").read_text()
-    assert text.startswith("# prime-rl config for reverse-text")
-    cfg = tc.tomllib.loads(text)
-    assert cfg["max_steps"] == 20
-    assert cfg["model"] == {"name": "HuggingFaceTB/SmolLM2-135M-Instruct"}
-    orch = cfg["orchestrator"]
-    assert (orch["batch_size"], orch["rollouts_per_example"], orch["seq_len"]) == (32, 8, 512)
-    assert orch["lora_name"] == "reverse-text-r8"
-    assert orch["sampling"] == {"max_tokens": 40, "temperature": 1.0}
-    assert orch["env"] == [
-        {
-            "id": "reverse-text",
-            "name": "reverse-text",
-            "args": {"num_train_examples": 400, "num_eval_examples": 20},
-        }
-    ]
-    assert (cfg["inference_gpu_ids"], cfg["trainer_gpu_ids"]) == ([0], [1])  # prime-rl needs GPUs
-    assert (orch["mask_truncated_completions"], orch["zero_truncated_completions"]) == (True, False)
-    assert orch["buffer"] == {"type": "online-difficulty", "oversampling_factor": 2.0}
-    assert cfg["trainer"]["model"]["experimental"]["lora"] == {
-        "rank": 8,
-        "alpha": 16,
-        "dropout": 0.0,
-        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    }
-    assert cfg["trainer"]["optim"] == {"lr": 5e-4, "weight_decay": 0.0, "max_norm": 1.0}
-    inference_model = {"enforce_eager": True, "max_model_len": 1024}
-    assert cfg["inference"] == {"enable_lora": True, "max_lora_rank": 8, "model": inference_model}
-    assert "ckpt" in cfg
-
-
-def test_prime_rl_model_override_and_full_finetuning(tmp_path):
-    example = setup_cli.example_configs()["gsm8k"].replace(
-        "lora_rank = 16", "use_lora = false\nlora_rank = 16"
-    )
-    cfg = tc.tomllib.loads(setup_cli.prime_rl_toml(example, model="Qwen/Qwen3-0.6B"))
-    assert cfg["model"]["name"] == "Qwen/Qwen3-0.6B"
-    assert "model" not in cfg["trainer"] and "lora_name" not in cfg["orchestrator"]
-    assert cfg["inference"] == {"model": {"max_model_len": 4096}}  # no LoRA flags
-
-
-def test_setup_bad_input(capsys):
-    line = one_error(capsys, setup_cli.main(["--prime-rl", "nope"]))
-    assert line.startswith("error: no bundled example for environment 'nope' (use one of: alphabet-sort")
-    assert "unrecognized arguments" in one_error(capsys, setup_cli.main(["--bogus"]))
 
 
 def test_multi_process_trainer_gets_time_to_checkpoint_after_a_signal(config_file, monkeypatch):

@@ -23,7 +23,7 @@ from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
 from verifiers.errors import ServerError, ServerTimeoutError  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/rl/conftest.py
+pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/conftest.py
 
 
 def test_launcher_runs_server_then_trainer_and_stops_the_server(tmp_path, capsys):

@@ -30,7 +30,9 @@ from tests.doubles.vllm_server import free_port  # noqa: E402
 from verifiers.cli.rl.launcher import DRAIN_LINE, Launcher  # noqa: E402
 from verifiers.errors import ServerError  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_process", "quick_restarts")  # tests/cli/rl/conftest.py
+pytestmark = pytest.mark.usefixtures(
+    "one_process", "quick_restarts"
+)  # tests/cli/conftest.py, tests/cli/rl/conftest.py
 
 
 # Start k (1, 2, ...) is test_rl_launcher's fake server living lifetimes[k-1] seconds, then

@@ -1,18 +1,14 @@
-"""The hang watch's decision (cli/rl/server_watch.py) on a fake clock, its prober on fake probes,
-the config keys of its bounds, and the ``/vf/progress`` route it reads (over a fake engine)."""
+"""The hang watch's decision (cli/rl/server_watch.py) on a fake clock, and its prober on fake probes
+(the config keys of its bounds: cli/run_config/test_load_inference_watch_keys.py; the
+``/vf/progress`` route it reads: inference/server/test_routes.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from tests.doubles.engine_core import FakeCore, outputs
 from verifiers.cli.rl.server_watch import Hang, Probe, Prober, Progress, ServerWatch
-from verifiers.errors import ConfigError
 
 SILENT = Probe(answered=False)
 
@@ -154,87 +150,3 @@ def test_a_prober_with_both_bounds_off_never_starts():
     prober.arm()
     assert prober.thread is None
     prober.close()
-
-
-# -- config -----------------------------------------------------------------------------------
-
-
-def parse(**inference):
-    from tests.doubles.configs import RL_CONFIG as CONFIG
-    from verifiers.cli.run_config import load as tc
-
-    raw = tc.tomllib.loads(CONFIG)
-    trainer_args = inference.pop("trainer_args", {})
-    raw["inference"].update(inference)
-    raw["trainer"].setdefault("args", {}).update(trainer_args)
-    return tc.parse_config(raw).inference
-
-
-def test_bounds_default_and_are_read_from_the_inference_table():
-    assert (parse().hang_timeout_s, parse().progress_timeout_s) == (60.0, 120.0)
-    cfg = parse(hang_timeout_s=15, progress_timeout_s=0)
-    assert (cfg.hang_timeout_s, cfg.progress_timeout_s) == (15.0, 0.0)
-    # defaults fit a short trainer wait: half of it
-    assert parse(trainer_args={"vllm_server_timeout": 100}).progress_timeout_s == 50.0
-
-
-@pytest.mark.parametrize(
-    "inference, message",
-    [
-        (
-            {"hang_timeout_s": -1},
-            "inference.hang_timeout_s = -1 (an integer) must be a number of seconds >= 0",
-        ),
-        ({"progress_timeout_s": "60"}, 'inference.progress_timeout_s = "60" (a string) must be a number'),
-        ({"hang_timeout_s": True}, "inference.hang_timeout_s = true (a boolean) must be a number"),
-        (
-            {"hang_timeout_s": 300},
-            "inference.hang_timeout_s = 300 must be below trainer.args.vllm_server_timeout (300 s)",
-        ),
-        (
-            {"progress_timeout_s": 90, "trainer_args": {"sync_weights_timeout": 80}},
-            "inference.progress_timeout_s = 90 must be below trainer.args.sync_weights_timeout (80 s)",
-        ),
-    ],
-)
-def test_a_bad_bound_is_one_line(inference, message):
-    with pytest.raises(ConfigError) as err:
-        parse(**inference)
-    assert str(err.value).startswith(message) and "\n" not in str(err.value)
-
-
-# -- the counters of /vf/progress --------------------------------------------------------------
-
-
-def test_the_progress_route_answers_without_the_engine():
-    """/vf/progress reads counters only: a fake engine whose every call would hang still gets an answer."""
-    pytest.importorskip("fastapi")
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-
-    from verifiers.inference.server.routes import attach
-    from verifiers.inference.server.state import Settings
-
-    class StuckEngine:
-        def __init__(self):
-            self.engine_core = FakeCore()
-            self.output_processor = SimpleNamespace(request_states={"r1": 0, "r2": 0})
-
-        def __getattr__(self, name):  # any other engine call never returns
-            async def never(*args, **kwargs):
-                await asyncio.Event().wait()
-
-            return never
-
-    app = FastAPI()
-    state = attach(app, StuckEngine(), Settings())
-    state.progress.record(outputs(2, 3))
-    answer = {}
-    thread = threading.Thread(
-        target=lambda: answer.update(TestClient(app).get("/vf/progress").json()), daemon=True
-    )
-    thread.start()
-    thread.join(20)
-    assert answer == {
-        "steps": 1, "tokens": 5, "pending": 2, "running": None, "waiting": None, "paused": False, "counted": True,
-    }  # fmt: skip

@@ -320,22 +320,3 @@ def test_server_sleep_asks_a_gpu_server_for_sleep_mode(monkeypatch, capsys):
     assert "--enable-sleep-mode" in capsys.readouterr().out
     rc = rl_cli.main(["@", str(CONFIGS / "reverse-text-cpu.toml"), *over, "--dry-run"])
     assert rc == 2 and "vLLM-CPU has no sleep mode" in capsys.readouterr().err
-
-
-def test_server_sleep_needs_generation_not_ahead():
-    import verifiers as vf
-
-    with pytest.raises(ConfigError, match=r"server_sleep_during_step=True needs num_batches_ahead=0"):
-        vf.GRPOConfig(output_dir="/tmp/x", server_sleep_during_step=True, num_batches_ahead=1)
-    vf.GRPOConfig(output_dir="/tmp/x", server_sleep_during_step=True, num_batches_ahead=0)
-
-
-@pytest.mark.parametrize(
-    "gpus, recipe", [(0, "reverse-text-cpu.toml"), (1, "reverse-text-1gpu.toml"), (2, "reverse-text.toml")]
-)
-def test_vf_setup_points_at_the_recipe_this_machine_fits(gpus, recipe, tmp_path):
-    from verifiers.cli.setup import closing_line
-
-    line = closing_line(tmp_path, gpus)
-    assert line.startswith(f"run one with: vf-rl @ {tmp_path / recipe}  (")
-    assert (CONFIGS / recipe).is_file()

@@ -23,7 +23,9 @@ from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
 from verifiers.cli.run_config import load as tc  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_process", "quick_restarts")  # tests/cli/rl/conftest.py
+pytestmark = pytest.mark.usefixtures(
+    "one_process", "quick_restarts"
+)  # tests/cli/conftest.py, tests/cli/rl/conftest.py
 
 
 # Start n (1, 2, ...) records its argv tail and $VF_RL_ATTEMPT, beats like the real trainer, "trains"

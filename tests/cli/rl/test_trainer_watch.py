@@ -1,29 +1,18 @@
-"""vf-rl's trainer watch (cli/rl/trainer_watch.py) on a fake clock, the trainer's heartbeat files
-(training/lifecycle/heartbeat.py), the [trainer] keys that drive them, and redone steps in metrics.jsonl."""
+"""vf-rl's trainer watch (cli/rl/trainer_watch.py) on a fake clock. (The trainer's heartbeat files it
+reads: training/lifecycle/test_heartbeat.py; the [trainer] keys that drive it:
+cli/run_config/test_load_trainer_keys.py; redone steps in metrics.jsonl: training/rl/test_step_line.py.)"""
 
 from __future__ import annotations
-
-import json
-import os
-import time
-from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("transformers")
 
-from tests.doubles.configs import RL_CONFIG as CONFIG  # noqa: E402
 from verifiers.cli.rl.trainer_watch import (  # noqa: E402
-    HANG_MARGIN_S,
-    LIVE_BOUND_S,
     Beat,
     Stall,
     TrainerWatch,
-    hang_bound,
-    read_beats,
 )
-from verifiers.cli.run_config import load as tc  # noqa: E402
-from verifiers.errors import ConfigError  # noqa: E402
 from verifiers.training.lifecycle import heartbeat as hb  # noqa: E402
 
 LIVE, STEP = hb.LIVE, hb.STEP
@@ -87,120 +76,3 @@ def test_reset_forgets_the_last_attempt_and_clears_its_files(tmp_path):
     assert w.reached_training()
     w.reset()
     assert w.seen == {} and list(w.folder.iterdir()) == [] and not w.reached_training()
-
-
-# -- the trainer's side: heartbeat files --------------------------------------------------------
-
-
-def test_heartbeat_files_hold_the_pid_and_are_touched(tmp_path):
-    folder = tmp_path / "beats"
-    beat = hb.Heartbeat(folder, rank=2, pid=4321).start(period=0.05)
-    try:
-        first = read_beats(folder)
-        assert first == {(2, LIVE): Beat(first[(2, LIVE)].stamp, 4321)}  # no step beat before training
-        os.utime(hb.beat_path(folder, 2, LIVE), (0, 0))
-        time.sleep(0.3)
-        assert read_beats(folder)[(2, LIVE)].stamp > 0  # the thread beat again
-        beat.progress()
-        assert read_beats(folder)[(2, STEP)].pid == 4321
-    finally:
-        beat.stop.set()
-
-
-def test_heartbeat_only_under_vf_rl(tmp_path, monkeypatch):
-    monkeypatch.delenv(hb.ENV_DIR, raising=False)
-    assert hb.start_from_env() is None
-    monkeypatch.setenv(hb.ENV_ATTEMPT, "3")
-    assert hb.attempt() == 3
-    monkeypatch.setenv(hb.ENV_ATTEMPT, "x")
-    assert hb.attempt() is None
-
-
-def test_progress_callback_beats_at_each_step(tmp_path):
-    beat = hb.Heartbeat(tmp_path, 0)
-    callback = hb.progress_callback(beat)
-    callback.on_step_end(None, None, None)
-    assert (0, STEP) in read_beats(tmp_path)
-
-
-# -- [trainer] max_restarts and hang_timeout_s --------------------------------------------------
-
-
-def parse(**trainer_keys):
-    raw = tc.tomllib.loads(CONFIG)
-    raw["trainer"].update(trainer_keys)
-    return tc.parse_config(raw)
-
-
-def test_trainer_keys_defaults():
-    config = parse()
-    assert config.trainer.max_restarts == 3 and config.trainer.hang_timeout_s is None
-    # unset: the trainer's 30-minute checkpoint-write floor (above the 300 s server wait) + margin
-    assert hang_bound(config) == 1800 + HANG_MARGIN_S
-    assert hang_bound(parse(hang_timeout_s=90)) == 90.0
-    assert hang_bound(parse(hang_timeout_s=0)) is None
-    assert parse(max_restarts=0).trainer.max_restarts == 0
-    assert LIVE_BOUND_S >= 10 * hb.LIVE_BEAT_S
-
-
-@pytest.mark.parametrize(
-    ("keys", "message"),
-    [
-        ({"max_restarts": -1}, "trainer.max_restarts = -1 must be >= 0"),
-        ({"max_restarts": "3"}, "key 'trainer.max_restarts' must be an integer, got \"3\" (a string)"),
-        ({"max_restarts": 1.5}, "key 'trainer.max_restarts' must be an integer, got 1.5 (a number)"),
-        ({"hang_timeout_s": -5}, "trainer.hang_timeout_s = -5 must be >= 0 and finite"),
-        ({"hang_timeout_s": "10m"}, "key 'trainer.hang_timeout_s' must be a number, got \"10m\" (a string)"),
-        ({"hang_timeout": 60}, "unknown key 'trainer.hang_timeout'; did you mean 'hang_timeout_s'?"),
-    ],
-)
-def test_bad_trainer_keys_are_one_line(keys, message):
-    with pytest.raises(ConfigError) as err:
-        parse(**keys)
-    assert err.value.message == message
-
-
-# -- metrics.jsonl: redone steps ----------------------------------------------------------------
-
-
-def log_steps(output_dir, steps, monkeypatch, attempt: str | None) -> None:
-    from verifiers.training.rl.output import StepLogger
-
-    if attempt is None:
-        monkeypatch.delenv(hb.ENV_ATTEMPT, raising=False)
-    else:
-        monkeypatch.setenv(hb.ENV_ATTEMPT, attempt)
-    logger = StepLogger(str(output_dir))
-    state = SimpleNamespace(global_step=steps[0] - 1, is_world_process_zero=True, max_steps=5)
-    logger.on_train_begin(None, state, None)
-    for step in steps:
-        state.global_step = step
-        logger.on_log(None, state, None, logs={"loss": 0.5, "reward": 1.0})
-
-
-def test_steps_logged_again_after_a_restart_are_marked(tmp_path, monkeypatch, capsys):
-    log_steps(tmp_path, [1, 2, 3], monkeypatch, attempt="1")  # killed after step 3
-    log_steps(tmp_path, [3, 4, 5], monkeypatch, attempt="2")  # resumed from checkpoint-2
-    lines = [json.loads(x) for x in (tmp_path / "runs" / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r.get("redone"), r.get("attempt")) for r in lines] == [
-        (1, None, None),
-        (2, None, None),
-        (3, None, None),
-        (3, True, 2),
-        (4, None, 2),
-        (5, None, 2),
-    ]
-    last = {r["step"]: r for r in lines}  # a reader keeps each step's last line
-    assert sorted(last) == [1, 2, 3, 4, 5]
-
-
-def test_a_resume_by_hand_marks_redone_steps_too(tmp_path, monkeypatch):
-    log_steps(tmp_path, [1, 2], monkeypatch, attempt=None)
-    log_steps(tmp_path, [2, 3], monkeypatch, attempt=None)
-    lines = [json.loads(x) for x in (tmp_path / "runs" / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r.get("redone"), "attempt" in r) for r in lines] == [
-        (1, None, False),
-        (2, None, False),
-        (2, True, False),
-        (3, None, False),
-    ]

@@ -1,8 +1,7 @@
-"""Sizing vLLM's KV cache from the run (verifiers/inference/server/kv_cache.py) and what vf-rl asks for."""
+"""Sizing vLLM's KV cache from the run (verifiers/inference/server/kv_cache.py). (What vf-rl asks for:
+tests/cli/rl/test_plan.py.)"""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pytest
 
@@ -76,13 +75,3 @@ def test_bad_arguments():
         choose_kv_cache(1024, max_model_len=512)
     with pytest.raises(ValueError):
         choose_kv_cache(1024, max_model_len=512, tokens=0)
-
-
-def test_vf_rl_asks_for_the_sequences_in_flight_times_max_seq_len():
-    pytest.importorskip("transformers")
-    from verifiers.cli.rl.plan import run_kv_tokens
-
-    rl = SimpleNamespace(batch_size=32, max_concurrent=1024, max_seq_len=512)
-    assert run_kv_tokens(rl) == 32 * 512
-    assert run_kv_tokens(SimpleNamespace(batch_size=32, max_concurrent=8, max_seq_len=512)) == 8 * 512
-    assert run_kv_tokens(rl, max_num_seqs=4) == 4 * 512

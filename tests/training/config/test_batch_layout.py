@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from verifiers.errors import ConfigError
-from verifiers.training.config.batch_layout import BatchLayout, rollout_layout
+from verifiers.training.config.batch_layout import BatchLayout, check_batch_sizes, rollout_layout
 
 
 def test_rollout_counts_worked_by_hand():
@@ -59,3 +59,9 @@ def test_both_configs_use_the_one_rule(tmp_path, monkeypatch):
         gradient_accumulation_steps=8,
     )
     assert (direct.generation_batch_size, direct.steps_per_generation) == (32, 8)
+
+
+def test_check_batch_sizes_names_the_process_count():
+    check_batch_sizes(32, 8, 8, 4)
+    with pytest.raises(ConfigError, match=r"micro_batch_size × max\(trainer.gpus, 1\) = 8 × 3 = 24"):
+        check_batch_sizes(32, 8, 8, 3, processes_name="max(trainer.gpus, 1)")

@@ -319,3 +319,11 @@ def test_several_processes_without_cuda(monkeypatch, env, fields, want):
         "gloo-only": (False, "gloo"),
         "untouched": (False, None),
     }[want]
+
+
+def test_server_sleep_needs_generation_not_ahead():
+    import verifiers as vf
+
+    with pytest.raises(ConfigError, match=r"server_sleep_during_step=True needs num_batches_ahead=0"):
+        vf.GRPOConfig(output_dir="/tmp/x", server_sleep_during_step=True, num_batches_ahead=1)
+    vf.GRPOConfig(output_dir="/tmp/x", server_sleep_during_step=True, num_batches_ahead=0)

@@ -246,3 +246,30 @@ def test_run_executes_coroutines_in_the_generator_loop():
         assert gen.run(which_thread()) == "vf-generator"
     finally:
         gen.stop()
+
+
+def test_generator_wait_idle_waits_for_the_batch_in_flight():
+    # The trainer calls it before every weight push: a batch is sampled from one policy only.
+    from verifiers.training.generation.generator import BatchGenerator
+    from verifiers.training.types import GeneratedBatch
+
+    class SlowProducer:
+        async def produce(self, index, policy_version):
+            await asyncio.sleep(0.5)
+            return GeneratedBatch(index, policy_version, 1, None, None, 0.5)
+
+        def state_dict(self):
+            return {}
+
+    gen = BatchGenerator(SlowProducer(), num_batches_ahead=1, timeout=10).start()
+    try:
+        time.sleep(0.1)  # batch 0 is generating
+        t0 = time.perf_counter()
+        assert gen.wait_idle()
+        assert time.perf_counter() - t0 > 0.2
+        t0 = time.perf_counter()
+        assert gen.get(0).index == 0 and time.perf_counter() - t0 < 0.1  # ready: nothing left to wait for
+        time.sleep(0.1)  # batch 1 is generating now
+        assert not gen.wait_idle(timeout=0.05)  # gives up after its timeout
+    finally:
+        gen.stop()

@@ -1,8 +1,7 @@
 """Exact resume: a run killed at any moment continues as if it had never stopped.
 
-- Checkpoint completeness (no training): resuming picks the last checkpoint whose
-  ``checkpoint_complete.json`` mark exists, moves half-written later ones aside,
-  and ``save_total_limit`` never deletes the last complete one.
+- Checkpoint completeness without training (resuming picks the last complete checkpoint,
+  rotation keeps it): tests/training/lifecycle/test_checkpoint.py.
 - A run that dies while saving (fake server): the half-written checkpoint is
   skipped and the next step's loss equals an uninterrupted run's. A checkpoint
   truncated after it was marked is skipped the same way, in one line
@@ -21,7 +20,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -45,90 +43,9 @@ from tests.doubles.trainer import (  # noqa: E402
     train_log,
 )
 from tests.doubles.vllm_server import serve  # noqa: E402
-from verifiers.errors import ConfigError  # noqa: E402
 from verifiers.training.lifecycle import checkpoint as ckpt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def fake_checkpoint(out: Path, step: int, complete: bool) -> Path:
-    folder = out / f"checkpoint-{step}"
-    folder.mkdir(parents=True)
-    (folder / "model.safetensors").write_bytes(b"weights")
-    if complete:
-        ckpt.mark_complete(folder, step)
-    return folder
-
-
-# ---------------------------------------------------------------------------
-# Completeness of checkpoints
-
-
-def test_resume_picks_the_last_complete_checkpoint_and_moves_half_written_ones_aside(tmp_path, caplog):
-    out = tmp_path / "out"
-    fake_checkpoint(out, 1, True)
-    fake_checkpoint(out, 2, True)
-    fake_checkpoint(out, 3, False)  # killed while saving
-    assert json.loads((out / "checkpoint-2" / ckpt.COMPLETE_FILE).read_text())["global_step"] == 2
-    assert ckpt.last_complete_checkpoint(out) == str(out / "checkpoint-2")
-    assert ckpt.resolve_resume(out, True) == str(out / "checkpoint-2")
-    assert (
-        not (out / "checkpoint-3").exists()
-        and (out / "incomplete-checkpoint-3" / "model.safetensors").is_file()
-    )
-    assert "checkpoint-3 was not completely written" in caplog.text
-    assert ckpt.resolve_resume(out, None) is None
-
-
-def test_resume_with_no_complete_checkpoint_says_so(tmp_path):
-    out = tmp_path / "out"
-    with pytest.raises(ConfigError, match="no checkpoint found"):
-        ckpt.resolve_resume(out, True)
-    fake_checkpoint(out, 4, False)
-    with pytest.raises(ConfigError, match="no complete checkpoint .* checkpoint-4"):
-        ckpt.resolve_resume(out, True)
-    # Named explicitly, an unmarked folder is used (with a warning), and nothing is moved.
-    assert ckpt.resolve_resume(out, str(out / "checkpoint-4")) == str(out / "checkpoint-4")
-    assert (out / "checkpoint-4").is_dir()
-
-
-def test_rotation_never_deletes_the_last_complete_checkpoint(tmp_path):
-    out = tmp_path / "out"
-    for step in (1, 2, 3):
-        fake_checkpoint(out, step, True)
-    fake_checkpoint(out, 4, False)  # being written
-    ckpt.rotate(out, 1)
-    assert [p.name for _, p in ckpt.checkpoints(out)] == ["checkpoint-3", "checkpoint-4"]
-    ckpt.mark_complete(out / "checkpoint-4", 4)
-    ckpt.rotate(out, 1)
-    assert [p.name for _, p in ckpt.checkpoints(out)] == ["checkpoint-4"]
-
-
-def test_generator_wait_idle_waits_for_the_batch_in_flight():
-    # The trainer calls it before every weight push: a batch is sampled from one policy only.
-    from verifiers.training.generation.generator import BatchGenerator
-    from verifiers.training.types import GeneratedBatch
-
-    class SlowProducer:
-        async def produce(self, index, policy_version):
-            await asyncio.sleep(0.5)
-            return GeneratedBatch(index, policy_version, 1, None, None, 0.5)
-
-        def state_dict(self):
-            return {}
-
-    gen = BatchGenerator(SlowProducer(), num_batches_ahead=1, timeout=10).start()
-    try:
-        time.sleep(0.1)  # batch 0 is generating
-        t0 = time.perf_counter()
-        assert gen.wait_idle()
-        assert time.perf_counter() - t0 > 0.2
-        t0 = time.perf_counter()
-        assert gen.get(0).index == 0 and time.perf_counter() - t0 < 0.1  # ready: nothing left to wait for
-        time.sleep(0.1)  # batch 1 is generating now
-        assert not gen.wait_idle(timeout=0.05)  # gives up after its timeout
-    finally:
-        gen.stop()
 
 
 # ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""sequence_logprobs: rows sharing a prompt run packed, with the plain forward's log-probs and gradients."""
+"""verifiers/training/loss/logprobs.py: sequence_logprobs runs rows sharing a prompt packed, with the
+plain forward's log-probs and gradients; the chunked log-softmax and entropy; the scoring window."""
 
 from __future__ import annotations
 
@@ -145,3 +146,29 @@ def test_shared_prefix_needs_identical_real_prompts():
     left_padded = attn.clone()
     left_padded[1, 0] = 0
     assert not shared_prefix(ids, left_padded, start)
+
+
+def test_selective_log_softmax_matches_full_log_softmax_in_chunks():
+    from verifiers.training.loss.logprobs import entropy_from_logits, selective_log_softmax
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g, requires_grad=True)
+    ids = torch.randint(0, 11, (3, 5), generator=g)
+    full = torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1)
+    chunked = selective_log_softmax(logits, ids, chunk_rows=4)
+    torch.testing.assert_close(chunked, full)
+    chunked.sum().backward()  # gradients flow through the chunked writes
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+    p = torch.softmax(logits.detach(), -1)
+    torch.testing.assert_close(entropy_from_logits(logits, chunk_rows=4), -(p * p.log()).sum(-1))
+
+
+def test_scoring_inputs_trims_padding_and_starts_at_first_loss_token():
+    from verifiers.training.loss.logprobs import scoring_inputs
+
+    ids = torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 0]])
+    attn = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
+    loss = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]])
+    out = scoring_inputs(ids, attn, loss, loss.float() * -0.5)
+    assert out["start"] == 2 and out["input_ids_BT"].shape == (2, 5)
+    assert out["loss_mask_BT"].tolist() == [[1, 1, 0], [0, 1, 1]]

@@ -1,34 +1,20 @@
-"""RLConfig defaults, validation and its mapping onto GRPOConfig; RLTrainer wiring; the step line."""
+"""RLConfig (verifiers/training/rl/config.py): defaults, validation and its mapping onto GRPOConfig.
+(RLTrainer: test_trainer.py; the step line: test_step_line.py.)"""
 
 from __future__ import annotations
-
-import json
-from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.doubles.rl_config import cfg  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.training.config.batch_layout import check_batch_sizes  # noqa: E402
 from verifiers.training.config.fields import GRPOConfig  # noqa: E402
 from verifiers.training.rl import config as rl_mod  # noqa: E402
-from verifiers.training.rl import output as rl_output  # noqa: E402
-from verifiers.training.rl import trainer as rl_trainer  # noqa: E402
 from verifiers.training.rl.config import RLConfig  # noqa: E402
-from verifiers.training.rl.output import format_step_line  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("RANK", raising=False)
-
-
-def cfg(**kw) -> RLConfig:
-    kw.setdefault("run_name", "t")
-    return RLConfig(**kw)
+pytestmark = pytest.mark.usefixtures("one_process")  # tests/training/rl/conftest.py
 
 
 def test_defaults_are_lora_first_cispo_and_one_step_off_policy():
@@ -161,95 +147,3 @@ def test_wandb_without_wandb_installed_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="wandb is not installed"):
         cfg(output_dir=str(tmp_path), report_to="wandb").to_grpo_config()
-
-
-def test_check_batch_sizes_names_the_process_count():
-    check_batch_sizes(32, 8, 8, 4)
-    with pytest.raises(ConfigError, match=r"micro_batch_size × max\(trainer.gpus, 1\) = 8 × 3 = 24"):
-        check_batch_sizes(32, 8, 8, 3, processes_name="max(trainer.gpus, 1)")
-
-
-# -- what users see ---------------------------------------------------------------------------
-
-
-def test_step_line_format():
-    logs = {
-        "reward": 0.52,
-        "entropy": 2.31,
-        "importance_ratio/mean": 1.01,
-        "loss": 0.0123,
-        "learning_rate": 1e-5,
-    }
-    assert format_step_line(12, 100, logs) == (
-        "Step 12/100: reward=0.520 entropy=2.310 importance_ratio=1.010 loss=0.0123 lr=1.00e-05"
-    )
-    assert format_step_line(1, 2, {"loss": 0.5}) == "Step 1/2: loss=0.5"
-
-
-def test_step_logger_prints_and_appends_metrics(tmp_path, capsys):
-    logger = rl_output.StepLogger(str(tmp_path))
-    state = SimpleNamespace(is_world_process_zero=True, global_step=3, max_steps=10)
-    args = SimpleNamespace(output_dir=str(tmp_path))
-    logger.on_log(args, state, None, logs={"loss": 0.25, "reward": 0.5, "learning_rate": 2e-5})
-    logger.on_log(args, state, None, logs={"eval_reward": 0.75})
-    logger.on_log(args, state, None, logs={"train_runtime": 120.0})
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "Step 3/10: reward=0.500 loss=0.25 lr=2.00e-05"
-    assert out[1] == "Eval at step 3: reward=0.750"
-    assert out[2].startswith("Done: 3 steps in 2.0 min")
-    rows = [
-        json.loads(line) for line in (tmp_path / "runs" / rl_output.METRICS_FILE).read_text().splitlines()
-    ]
-    assert rows[0] == {"step": 3, "loss": 0.25, "reward": 0.5, "learning_rate": 2e-5}
-    other = SimpleNamespace(is_world_process_zero=False, global_step=3, max_steps=10)
-    logger.on_log(args, other, None, logs={"loss": 1.0})
-    assert capsys.readouterr().out == ""
-
-
-def test_sample_schedule_switches_log_completions():
-    schedule = rl_output.SampleSchedule(every=5)
-    args = SimpleNamespace(log_completions=False)
-    seen = []
-    for step in range(11):
-        schedule.on_step_begin(args, SimpleNamespace(global_step=step), None)
-        seen.append(args.log_completions)
-    assert [s for s, on in enumerate(seen) if on] == [0, 5, 10]
-    rl_output.SampleSchedule(every=0).on_step_begin(args, SimpleNamespace(global_step=0), None)
-    assert args.log_completions is False
-
-
-# -- RLTrainer --------------------------------------------------------------------------------
-
-
-def test_rltrainer_is_a_grpo_trainer_with_lora_from_a_name(tiny_model_dir, tmp_path, capsys):
-    from datasets import Dataset
-    from transformers import PrinterCallback, ProgressCallback
-
-    import verifiers as vf
-    from verifiers.training.trainer import GRPOTrainer
-    from verifiers.training.weights.sync import is_peft_model
-
-    env = vf.SingleTurnEnv(dataset=Dataset.from_dict({"question": ["a", "b"], "answer": ["a", "b"]}))
-    args = cfg(
-        output_dir=str(tmp_path), rollouts_per_example=2, micro_batch_size=2, batch_size=4, max_steps=1
-    )
-    trainer = rl_trainer.RLTrainer(str(tiny_model_dir), env, args=args)
-    assert isinstance(trainer, GRPOTrainer) and trainer.rl_args is args
-    assert is_peft_model(trainer.model) and trainer.processing_class is not None
-    assert trainer.args.num_generations == 2 and trainer.args.gradient_accumulation_steps == 2
-    kinds = {type(c) for c in trainer.callback_handler.callbacks}
-    assert rl_output.StepLogger in kinds and rl_output.SampleSchedule in kinds
-    assert PrinterCallback not in kinds and ProgressCallback not in kinds
-    out = capsys.readouterr().out
-    assert f"Loading model {tiny_model_dir}" in out
-    assert "trainable (LoRA r=8 alpha=16 on q_proj, k_proj, v_proj, o_proj)" in out
-
-
-def test_rltrainer_refuses_a_grpo_config(tmp_path):
-    with pytest.raises(ConfigError, match="args must be an RLConfig, got GRPOConfig"):
-        rl_trainer.RLTrainer("unused", env=None, args=GRPOConfig(output_dir=str(tmp_path), report_to="none"))
-
-
-def test_rltrainer_needs_a_tokenizer_for_a_nameless_model():
-    with pytest.raises(ConfigError, match="processing_class is required"):
-        rl_trainer._load_model(SimpleNamespace(config=SimpleNamespace(_name_or_path="")), None)

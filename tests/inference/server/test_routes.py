@@ -1,0 +1,47 @@
+"""vf-vllm's own routes (verifiers/inference/server/routes.py): /vf/progress answers from its counters
+alone, over a fake engine whose every other call would hang. Tier 2 (a component with a local double:
+tests/doubles/engine_core.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from tests.doubles.engine_core import FakeCore, outputs
+
+
+def test_the_progress_route_answers_without_the_engine():
+    """/vf/progress reads counters only: a fake engine whose every call would hang still gets an answer."""
+    pytest.importorskip("fastapi")
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from verifiers.inference.server.routes import attach
+    from verifiers.inference.server.state import Settings
+
+    class StuckEngine:
+        def __init__(self):
+            self.engine_core = FakeCore()
+            self.output_processor = SimpleNamespace(request_states={"r1": 0, "r2": 0})
+
+        def __getattr__(self, name):  # any other engine call never returns
+            async def never(*args, **kwargs):
+                await asyncio.Event().wait()
+
+            return never
+
+    app = FastAPI()
+    state = attach(app, StuckEngine(), Settings())
+    state.progress.record(outputs(2, 3))
+    answer = {}
+    thread = threading.Thread(
+        target=lambda: answer.update(TestClient(app).get("/vf/progress").json()), daemon=True
+    )
+    thread.start()
+    thread.join(20)
+    assert answer == {
+        "steps": 1, "tokens": 5, "pending": 2, "running": None, "waiting": None, "paused": False, "counted": True,
+    }  # fmt: skip
