@@ -19,8 +19,8 @@ tool's default; ``settings.differ`` in the JSON lists the differences.
 
 Per step: wall time (optimizer step end to step end; step 1, which includes start-up,
 is excluded from rates as warm-up), generation / train / sync seconds, completion
-tokens per second, mean reward; per run: peak RSS of the trainer process (and of the
-vf-vllm process tree, sampled). Training FLOP/s = useful training FLOPs per step /
+tokens per second, mean reward; per run: peak RSS of the trainer process, and the vf-vllm
+process tree's peak memory, sampled, each page counted once (summed PSS; the RSS sum beside it). Training FLOP/s = useful training FLOPs per step /
 train seconds, as a share of this machine's matmul FLOP/s in the dtype used, measured in
 the same run (2048 x 2048, best of 10, torch's default thread count; both dtypes' peaks
 are reported) -- see ``flops.formula``. ``--neighbour N`` runs everything beside N busy
