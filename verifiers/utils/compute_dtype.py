@@ -4,8 +4,12 @@ CPUs differ: an Intel Xeon with AMX multiplies bf16 matrices about 5x as fast as
 (measured here: 1,085 against 189 GFLOP/s on 2 cores), an AMD EPYC with AVX-512 BF16
 about 2x, and a CPU without bf16 instructions emulates it, slower than fp32. Flags in
 ``/proc/cpuinfo`` do not say how fast oneDNN's kernels are on a given machine, so the
-rates are measured: one square matmul per dtype, best of a few runs (a busy neighbour
-only slows a run down, and slows both dtypes alike, so the ratio holds under load).
+rates are measured: one square matmul per dtype, best of the runs in a tenth of a second,
+twice, the dtypes taking turns (a busy neighbour only slows a run down, and slows both dtypes
+alike, so the ratio holds under load). Why that long: on a Xeon with AMX the first
+milliseconds of bf16 ran at half speed (451 and 491 GFLOP/s at the start of two processes,
+858-870 later; 5 runs of a 1024 matmul last 10 ms), which put the ratio at 1.58-1.62, a hair
+above the threshold, where a busier start would have chosen fp32.
 
 bf16 is chosen when its rate is at least :data:`BF16_MIN_SPEEDUP` times fp32's. Then
 the trainer computes under bf16 autocast with fp32 master weights and fp32 log-softmax
@@ -49,20 +53,35 @@ class ComputeDtype:
         return f"CPU compute dtype: {self.dtype} ({self.reason})"
 
 
-def matmul_rate(dtype_name: str, n: int = 1024, repeats: int = 5) -> float:
-    """Best FLOP/s of an ``n x n`` matmul in ``dtype_name`` over ``repeats`` runs (torch's threads)."""
+MEASURE_S = 0.1  # per dtype and round (two rounds): see the module's docstring
+
+
+def matmul_rate(dtype_name: str, n: int = 1024, repeats: int = 5, min_seconds: float = 0.0) -> float:
+    """Best FLOP/s of an ``n x n`` matmul in ``dtype_name`` over at least ``repeats`` runs, and
+    runs for at least ``min_seconds`` (torch's threads)."""
     import torch
 
     dtype = getattr(torch, dtype_name)
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     out = torch.empty(n, n, dtype=dtype)
     torch.matmul(a, b, out=out)  # warm-up: thread pool, page faults, oneDNN's kernel choice
-    best = float("inf")
-    for _ in range(repeats):
+    best, runs, start = float("inf"), 0, time.perf_counter()
+    while runs < repeats or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
         torch.matmul(a, b, out=out)
         best = min(best, time.perf_counter() - t0)
+        runs += 1
     return 2.0 * n**3 / best
+
+
+def measured_rates(rounds: int = 2, seconds: float = MEASURE_S) -> tuple[float, float]:
+    """(fp32, bf16) FLOP/s: the best of ``rounds`` turns each, the dtypes alternating so that a slow
+    moment (a neighbour's burst, a core's clock still rising) is not all one dtype's."""
+    fp32 = bf16 = 0.0
+    for _ in range(rounds):
+        fp32 = max(fp32, matmul_rate("float32", min_seconds=seconds))
+        bf16 = max(bf16, matmul_rate("bfloat16", min_seconds=seconds))
+    return fp32, bf16
 
 
 def decide(fp32_flops: float, bf16_flops: float) -> ComputeDtype:
@@ -92,4 +111,4 @@ def cpu_compute_dtype() -> ComputeDtype:
     fixed = from_env(os.environ.get(ENV))
     if fixed is not None:
         return fixed
-    return decide(matmul_rate("float32"), matmul_rate("bfloat16"))
+    return decide(*measured_rates())
