@@ -118,17 +118,21 @@ def _tree(pid: int) -> list:
         return []
 
 
+def _rss_sum(procs: list) -> int:
+    import psutil
+
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += proc.memory_info().rss
+    return total
+
+
 def tree_rss_bytes(pid: int) -> int:
     """Resident memory of a process and all its descendants (vf-vllm: API server, engine core, worker),
     summed: a page that several of them map (torch's libraries, which each process loads) counts once
     per process, so this overstates what the tree takes. :func:`tree_pss_bytes` counts it once."""
-    import psutil
-
-    total = 0
-    for proc in _tree(pid):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            total += proc.memory_info().rss
-    return total
+    return _rss_sum(_tree(pid))
 
 
 def pss_bytes(pid: int) -> int:
@@ -149,7 +153,11 @@ def tree_pss_bytes(pid: int) -> int:
     it shares with a process outside the tree counts only in part: the benchmarks add it to their
     trainer's peak RSS, which counts the libraries both map in full, so the sum still counts those
     pages more than once (never less). Reported beside the RSS sum."""
-    return sum(pss_bytes(p.pid) for p in _tree(pid))
+    return _pss_sum(_tree(pid))
+
+
+def _pss_sum(procs: list) -> int:
+    return sum(pss_bytes(p.pid) for p in procs)
 
 
 class PeakTreeRSS:
@@ -166,8 +174,9 @@ class PeakTreeRSS:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(self.pid))
-            self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.pid))
+            procs = _tree(self.pid)  # one walk of the process table per sample, for both sums
+            self.peak = max(self.peak, _rss_sum(procs))
+            self.peak_pss = max(self.peak_pss, _pss_sum(procs))
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> PeakTreeRSS:
