@@ -246,9 +246,11 @@ def _forget_deepspeed_groups() -> None:
             setattr(groups, name, None)
 
 
-def _plain_reference(path, ids, attn, start, temperature):
+def _plain_reference(path, ids, attn, start, temperature, frozen_head: bool = False):
     """The legacy path on an unwrapped copy: log-probs and gradients by parameter name."""
     model = _model(path)
+    if frozen_head:
+        model.lm_head.weight.requires_grad_(False)
     lp, grads, _ = _loss_and_grads(model, ids, attn, start, temperature, from_hidden=False)
     return lp, grads
 
@@ -267,22 +269,28 @@ def _loss_and_grads(
     return lp.detach(), grads, loss
 
 
-@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize(
+    "tied, frozen_head",
+    [(True, False), (False, False), (False, True), (True, True)],
+    ids=["tied", "untied", "untied-frozen-head", "tied-frozen-head"],
+)
 def test_zero3_one_process_matches_and_gathers_the_head_once(
-    tiny_model_dir, tiny_untied_model_dir, one_process_group, monkeypatch, tied
+    tiny_model_dir, tiny_untied_model_dir, one_process_group, monkeypatch, tied, frozen_head
 ):
     """DeepSpeed ZeRO-3 (gloo, one process, fp32): log-probs and full gradients equal
     the plain model's legacy path, and the head's weight is gathered as often with 64 chunks
     as with one, and as on the legacy path: the chunks run inside the head's one call, within
-    its gather."""
+    its gather. A frozen head (FrozenHeadScores: its weight read inside that call) too."""
     deepspeed = pytest.importorskip("deepspeed")
     from deepspeed.utils import safe_get_full_grad
 
     path = tiny_model_dir if tied else tiny_untied_model_dir
     ids, attn, start = _batch(49152, rows=4, width=40, start=8)
-    lp_ref, grads_ref = _plain_reference(path, ids, attn, start, 0.7)
+    lp_ref, grads_ref = _plain_reference(path, ids, attn, start, 0.7, frozen_head=frozen_head)
 
     model = _model(path)
+    if frozen_head:
+        model.lm_head.weight.requires_grad_(False)
     config = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
@@ -337,15 +345,18 @@ def test_zero3_one_process_matches_and_gathers_the_head_once(
     engine.destroy()
 
 
-def test_fsdp2_one_process_matches_the_plain_model(tiny_untied_model_dir, one_process_group):
+@pytest.mark.parametrize("frozen_head", [False, True], ids=["trained-head", "frozen-head"])
+def test_fsdp2_one_process_matches_the_plain_model(tiny_untied_model_dir, one_process_group, frozen_head):
     """FSDP2 (gloo, one process, fp32): layers and root fully_shard-ed, lm_head in the root's
     group. The head runs inside the root's forward, where FSDP has unsharded it; log-probs and
-    gradients equal the plain model's legacy path."""
+    gradients equal the plain model's legacy path. A frozen head is read there too."""
     from torch.distributed.fsdp import fully_shard
 
     ids, attn, start = _batch(49152, rows=3, width=24, start=6)
-    lp_ref, grads_ref = _plain_reference(tiny_untied_model_dir, ids, attn, start, 0.7)
+    lp_ref, grads_ref = _plain_reference(tiny_untied_model_dir, ids, attn, start, 0.7, frozen_head=frozen_head)
     model = _model(tiny_untied_model_dir)
+    if frozen_head:
+        model.lm_head.weight.requires_grad_(False)
     for layer in model.model.layers:
         fully_shard(layer)
     fully_shard(model)
@@ -356,3 +367,41 @@ def test_fsdp2_one_process_matches_the_plain_model(tiny_untied_model_dir, one_pr
     for name, ref in grads_ref.items():
         err = float((grads[name].full_tensor() - ref).abs().max() / ref.abs().max())
         assert err <= TOL, (name, err)
+
+
+class _HeadMatmuls(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the matmuls that produce ``[..., vocab]`` logits (the head's projection)."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab, self.calls = vocab, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm) and out.shape[-1] == self.vocab:
+            self.calls += 1
+        return out
+
+
+@pytest.mark.parametrize(
+    "lora, per_chunk",
+    # (forward, forward + backward) [..., vocab] matmuls per chunk; LoRA on the head adds its B's.
+    [("attn", (1, 1)), (None, (1, 2)), ("head", (2, 4)), ("save", (1, 2))],
+    ids=["frozen-head", "full", "lora-on-lm_head", "modules_to_save"],
+)
+def test_a_frozen_head_projects_once_a_trained_head_again_in_backward(tiny_model_dir, lora, per_chunk):
+    """FrozenHeadScores: forward keeps each row's gradient direction, so backward runs no
+    projection; a head with something to train recomputes its chunks' logits (checkpoint)."""
+    from verifiers.training.loss.logprobs import sequence_logprobs
+
+    model = _model(tiny_model_dir, lora)
+    V = model.config.vocab_size
+    ids, attn, start = _batch(V, rows=3, width=20, start=5)
+    scored, rows = 3 * 15, 8
+    chunks = -(-scored // rows)
+    mode = _HeadMatmuls(V)
+    with mode:
+        lp, _ = sequence_logprobs(model, ids, attn, start, 0.7, True, chunk_rows=rows)
+        forward = mode.calls
+        (lp * attn[:, start:]).sum().backward()
+    assert (forward, mode.calls) == (chunks * per_chunk[0], chunks * per_chunk[1])
