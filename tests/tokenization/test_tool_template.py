@@ -201,6 +201,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@pytest.mark.server
 def test_server_renders_tools_and_parses_calls_and_trainer_tokens_match(tiny_model_dir, tmp_path):
     """vf-vllm with default flags: a chat request's prompt holds the tool schema, a Hermes reply
     comes back as tool_calls, and for a 2-turn ToolEnv rollout the trainer-side rendering of

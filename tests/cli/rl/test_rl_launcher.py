@@ -257,3 +257,21 @@ def test_listener_ownership_follows_the_server_session(tmp_path):
             other.kill()
             other.wait()
     assert not rl_launcher.listener_is_foreign(port, os.getsid(0))  # nobody listens: nothing foreign
+
+
+def test_the_first_error_skips_what_was_logged_as_handled(tmp_path):
+    """A killed process's failure line names its error, never one it logged as a warning and
+    recovered from (a retried request) before something else killed it."""
+    log = tmp_path / "trainer.log"
+    log.write_text(
+        "INFO 11-29 10:00:01 [client.py:40] no answer yet: ConnectionError: connection refused\n"
+        "2026-11-29 10:00:02 WARNING verifiers: retrying after ReadTimeout: timed out (1/5)\n"
+        "step 3 done\n"
+    )
+    assert rl_launcher.first_error(log) == ""
+    with log.open("a") as f:
+        f.write("(EngineCore pid=7) ERROR 11-29 10:00:09 [core.py:9] RuntimeError: CPU out of memory\n")
+        f.write("Traceback (most recent call last):\nValueError: bad shape\n")
+    assert rl_launcher.first_error(log) == ": RuntimeError: CPU out of memory"
+    log.write_text("Traceback (most recent call last):\n  ...\nValueError: bad shape\n")
+    assert rl_launcher.first_error(log) == ": ValueError: bad shape"

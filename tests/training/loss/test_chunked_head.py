@@ -353,7 +353,9 @@ def test_fsdp2_one_process_matches_the_plain_model(tiny_untied_model_dir, one_pr
     from torch.distributed.fsdp import fully_shard
 
     ids, attn, start = _batch(49152, rows=3, width=24, start=6)
-    lp_ref, grads_ref = _plain_reference(tiny_untied_model_dir, ids, attn, start, 0.7, frozen_head=frozen_head)
+    lp_ref, grads_ref = _plain_reference(
+        tiny_untied_model_dir, ids, attn, start, 0.7, frozen_head=frozen_head
+    )
     model = _model(tiny_untied_model_dir)
     if frozen_head:
         model.lm_head.weight.requires_grad_(False)

@@ -556,12 +556,16 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 
 _ERROR_LINE = re.compile(r"(?:^|[\s\]])((?:[A-Z]\w*(?:Error|Exception))|error): (.+)")
+# A line logged below ERROR names an error that was handled (a retried request, a fallback):
+# a process killed later (SIGKILL, a hang) did not die of it.
+_HANDLED = re.compile(r"\b(?:WARNING|WARN|INFO|DEBUG)\b")
 
 
 def first_error(log: Path, limit: int = 300, start: int = 0) -> str:
     """``": <the first error line of a log>"`` (from byte ``start``: the current process's lines), or
     ``""``: in vLLM's multi-process logs the root cause comes first and the generic wrappers
-    ("Engine core initialization failed") after."""
+    ("Engine core initialization failed") after. Lines logged as warnings or info are skipped:
+    what they name was handled, and a process killed afterwards did not die of it."""
     try:
         with log.open("rb") as f:
             f.seek(start)
@@ -570,7 +574,7 @@ def first_error(log: Path, limit: int = 300, start: int = 0) -> str:
         return ""
     for line in text.splitlines():
         match = _ERROR_LINE.search(line)
-        if match:
+        if match and not _HANDLED.search(line, 0, match.start()):
             return f": {match.group(1)}: {match.group(2).strip()}"[: limit + 2]
     return ""
 
