@@ -165,8 +165,6 @@ def test_drain_waits_for_idle_gloo_workers():
 
 
 def _free_port() -> int:
-    import socket
+    from tests.doubles.vllm_server import free_port  # below the ephemeral range (its docstring)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()

@@ -63,3 +63,48 @@ def test_sigterm_unwinds_the_run_so_servers_are_stopped(tmp_path):
         pass
     else:
         raise AssertionError(f"the test's child {child} outlived the run")
+
+
+def test_test_servers_take_ports_below_the_kernels_ephemeral_range():
+    """An outgoing connection's local port comes from the ephemeral range, so a port picked
+    there can be taken before vf-vllm binds it (CI lost a package fixture so)."""
+    from tests.doubles import vllm_server
+
+    start = vllm_server._ephemeral_start()
+    ports = {vllm_server.free_port() for _ in range(20)}
+    assert all(1024 <= p < start for p in ports), (start, sorted(ports))
+    assert len(ports) > 10  # drawn at random: two tests picking at once rarely meet
+
+
+def test_a_server_whose_port_was_taken_starts_again_on_another(tmp_path, monkeypatch):
+    """``serve`` picks another port when the server's log says its port was bound first; a port
+    the test chose, or any other failure, fails the test at once."""
+    import pytest
+
+    from tests.doubles import vllm_server
+
+    monkeypatch.setattr(vllm_server.pytest, "importorskip", lambda name: None)
+    starts = []
+
+    class Fake(vllm_server.Server):
+        def start(self):
+            self.log_start = self.log.stat().st_size if self.log.exists() else 0
+            starts.append(self.port)
+            taken = len(starts) < 3
+            with open(self.log, "a") as f:
+                f.write("OSError: [Errno 98] Address already in use\n" if taken else "ready\n")
+
+        def wait_ready(self, timeout=240.0):
+            if self.log.read_text().endswith("in use\n"):
+                pytest.fail("vf-vllm exited with code 1")
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(vllm_server, "Server", Fake)
+    with vllm_server.serve(tmp_path, tmp_path) as server:
+        assert len(starts) == 3 and server.port == starts[-1] and len(set(starts)) == 3
+    starts.clear()
+    with pytest.raises(pytest.fail.Exception), vllm_server.serve(tmp_path, tmp_path, port=12345):
+        pass
+    assert starts == [12345]  # the test's own port: not retried

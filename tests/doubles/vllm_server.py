@@ -44,10 +44,37 @@ VLLM_CACHE_ROOT = os.environ.get("VLLM_CACHE_ROOT") or str(
 
 # Eager fp32 (no compile time; the trainer's dtype) and a small fixed KV cache.
 CPU_FLAGS = ("--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes", str(256 << 20))
+PORT_ATTEMPTS = 3
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range starts here
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    with socket.socket() as s:
+    """A port free now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` comes from the range it also gives every
+    outgoing connection's local end: in the seconds before vf-vllm binds it, one of the many
+    client connections of a parallel test run can take it (CI: "Address already in use" at
+    the server's start). Below that range only another explicit bind can, and the ports are
+    drawn at random, so two tests picking at once rarely meet; ``serve`` retries if they do.
+    """
+    import random
+
+    top = _ephemeral_start()
+    for _ in range(50):
+        port = random.randrange(max(1024, top - 12000), top)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded low range: the kernel's pick
         s.bind((host, 0))
         return s.getsockname()[1]
 
@@ -93,6 +120,7 @@ class Server:
     def start(self) -> None:
         from verifiers.inference.server.parent_watch import launcher_env
 
+        self.log_start = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as fh:  # the child keeps its own copy of the file
             self.proc = subprocess.Popen(
                 self.cmd,
@@ -145,6 +173,13 @@ class Server:
     def tail(self, n: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
+    def lost_its_port(self) -> bool:
+        """Whether the last start ended on a port someone else bound first."""
+        with contextlib.suppress(OSError), open(self.log, "rb") as f:
+            f.seek(getattr(self, "log_start", 0))
+            return b"Address already in use" in f.read()
+        return False
+
 
 @contextlib.contextmanager
 def serve(
@@ -160,10 +195,18 @@ def serve(
     remove a variable), ``max_model_len``.
     """
     pytest.importorskip("vllm")
-    server = Server(model_dir, tmp_dir, *flags, **kwargs)
-    server.start()
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        server = Server(model_dir, tmp_dir, *flags, **kwargs)
+        server.start()
+        try:
+            server.wait_ready(ready_timeout)
+            break
+        except pytest.fail.Exception:
+            server.stop()
+            # A port we picked, taken before the server bound it (free_port): pick another.
+            if kwargs.get("port") or attempt == PORT_ATTEMPTS or not server.lost_its_port():
+                raise
     try:
-        server.wait_ready(ready_timeout)
         yield server
     finally:
         server.stop()
