@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -63,8 +64,6 @@ def free_port(host: str = LOOPBACK) -> int:
     the server's start). Below that range only another explicit bind can, and the ports are
     drawn at random, so two tests picking at once rarely meet; ``serve`` retries if they do.
     """
-    import random
-
     top = _ephemeral_start()
     for _ in range(50):
         port = random.randrange(max(1024, top - 12000), top)
@@ -106,6 +105,7 @@ class Server:
             else:
                 self.env[name] = value
         self.proc: subprocess.Popen | None = None
+        self.log_start = 0  # where the last start's lines begin in the log
 
     @property
     def url(self) -> str:
@@ -176,7 +176,7 @@ class Server:
     def lost_its_port(self) -> bool:
         """Whether the last start ended on a port someone else bound first."""
         with contextlib.suppress(OSError), open(self.log, "rb") as f:
-            f.seek(getattr(self, "log_start", 0))
+            f.seek(self.log_start)
             return b"Address already in use" in f.read()
         return False
 
