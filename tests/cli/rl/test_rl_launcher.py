@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.doubles.configs import RL_CONFIG as CONFIG  # noqa: E402 (the same config as the dry runs)
-from tests.doubles.rl_processes import fake_server, fake_trainer, gone, make_plan, on_a_terminal  # noqa: E402
+from tests.doubles.rl_processes import FAKE_SERVER, fake_server, fake_trainer, gone, make_plan, on_a_terminal  # noqa: E402
 from tests.doubles.vllm_server import free_port  # noqa: E402
 from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
@@ -40,6 +40,39 @@ def test_launcher_runs_server_then_trainer_and_stops_the_server(tmp_path, capsys
     assert "Step 1/1: reward=1.000\nbye\n" == plan.trainer.log.read_text()
     assert "fake server ready" in plan.server.log.read_text()
     assert plan.server.proc.poll() is not None and gone(plan.server.proc)
+
+
+CHATTY = textwrap.dedent(
+    """
+    import signal, sys
+    for i in range(5):
+        print(f'INFO:     127.0.0.1:{50000 + i} - "POST /v1/chat/completions HTTP/1.1" 200 OK', flush=True)
+        print(f"(Worker pid=9) WARNING 11-29 14:25:37 [utils.py:333] Attempted to load weight layers.{i}", flush=True)
+
+    def shutdown(*_):
+        print("(APIServer pid=8) ERROR 11-29 14:29:09 [async_llm.py:906] AsyncLLM output_handler failed.", flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, shutdown)
+    """
+)
+
+
+def test_the_terminal_shows_the_servers_repeats_once_and_no_requests_or_shutdown(tmp_path, capsys):
+    port = free_port()
+    server = [sys.executable, "-c", CHATTY + FAKE_SERVER, str(port), "0", "60"]
+    trainer = fake_trainer("import time; time.sleep(1); print('Step 1/1: reward=1.000')")
+    plan = make_plan(tmp_path, server, trainer, port=port)
+    assert rl_cli.Launcher(plan).run() == 0
+    out = capsys.readouterr().out
+    assert "[inference] fake server ready" in out and "[trainer] Step 1/1: reward=1.000" in out
+    out = "\n".join(line for line in out.splitlines() if line.startswith("[inference]"))  # not the command
+    assert out.count("Attempted to load weight") == 1 and "layers.0" in out
+    assert "POST /v1/chat/completions" not in out and "output_handler failed" not in out
+    assert out.count(f"every line is in {plan.server.log}") == 1
+    log = plan.server.log.read_text()  # the file keeps every line
+    assert log.count("POST /v1/chat/completions") == 5 and log.count("Attempted to load weight") == 5
+    assert "output_handler failed" in log
 
 
 def test_launcher_exit_status_follows_a_failed_trainer(tmp_path, capsys):

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from verifiers.cli.common import print_error
+from verifiers.cli.rl.echo import ServerEcho
 from verifiers.cli.rl.server_watch import Hang, Prober
 from verifiers.cli.rl.trainer_watch import LIVE_BOUND_S, Stall, TrainerWatch, hang_bound
 from verifiers.errors import ServerError, ServerTimeoutError
@@ -111,6 +112,7 @@ class Launcher:
         self.plan = plan
         self.use_tmux = use_tmux
         self.echo = not use_tmux  # children's lines and notes go to this terminal too
+        self.server_echo = ServerEcho(plan.server.log)  # what of the server's lines it shows (echo.py)
         self.logs = plan.server.log.parent
         self.stopping = threading.Event()
         # Reentrant: the signal handler prints a note on the main thread, maybe inside note().
@@ -154,6 +156,7 @@ class Launcher:
         finally:
             with self.start_lock:
                 self.stopping.set()
+            self.server_echo.stopping = True
             self.server_watch.close()
             for side in (self.plan.trainer, self.plan.server):
                 stop(side.proc)
@@ -213,6 +216,7 @@ class Launcher:
         self.server_watch.disarm()  # a starting server answers nothing; armed again once ready
         died, at = time.monotonic(), time.strftime("%H:%M:%S")
         status, pid = server.proc.returncode, server.proc.pid
+        self.server_echo.stopping = True  # vf-rl ends what is left of it: its own line says why
         if hang is not None:
             # SIGKILL: a stopped process holds SIGTERM until continued, a deadlocked one may
             # never act on it, and the trainer's requests fail (and it waits) only once it is gone.
@@ -349,6 +353,8 @@ class Launcher:
             if self.stopping.is_set():
                 raise KeyboardInterrupt
             side.log_start = side.log.stat().st_size if side.log.exists() else 0
+            if side is self.plan.server:
+                self.server_echo.started()
             side.proc = subprocess.Popen(
                 side.cmd,
                 # The server ends with vf-rl even when vf-rl is killed with SIGKILL (parent_watch).
@@ -371,8 +377,10 @@ class Launcher:
                 log.flush()
                 side.tail.append(line)
                 if self.echo:
+                    shown = self.server_echo.lines(line) if side is self.plan.server else [line]
                     with self.print_lock:
-                        print(f"[{side.name}] {line}", flush=True)
+                        for text in shown:
+                            print(f"[{side.name}] {text}", flush=True)
 
     def _wait_ready(self, timeout: float | None = None, again: bool = False) -> None:
         """Poll ``/health``, then ``/v1/models``, within one total timeout; fail fast if the server dies.
