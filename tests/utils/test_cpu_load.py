@@ -11,7 +11,7 @@ import pytest
 
 from verifiers.errors import ConfigError
 from verifiers.utils import cpu_load
-from verifiers.utils.cpu_load import CpuLoad, cores_to_use, descendants, least_busy, measure, ours_env
+from verifiers.utils.cpu_load import CpuLoad, cores_to_use, least_busy, measure, ours_env
 
 
 def load(others: float, busy: dict[int, float] | None = None) -> CpuLoad:
@@ -30,12 +30,6 @@ def test_half_a_core_of_other_work_costs_a_whole_core_never_the_last(others, cor
 def test_the_least_busy_cores_are_kept():
     assert least_busy([0, 1, 2, 3], load(1.0, {0: 0.1, 1: 0.95, 2: 0.0, 3: 0.2}), 3) == [0, 2, 3]
     assert least_busy([0, 1], None, 1) == [0]  # nothing known: the lowest numbers
-
-
-def test_descendants_follow_the_tree():
-    ppids = {10: 1, 11: 10, 12: 11, 13: 1, 14: 13}
-    assert descendants({10}, ppids) == {10, 11, 12}
-    assert descendants({10, 13}, ppids) == {10, 11, 12, 13, 14}
 
 
 def test_a_launcher_names_itself_after_the_roots_it_was_given():

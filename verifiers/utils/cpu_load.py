@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from verifiers.utils.process_tree import descendants, parent_pids
+
 WINDOW_S = 0.5
 OURS_ENV = "VF_CPU_OURS"
 """Comma-separated pids whose process trees count as ours (not neighbours)."""
@@ -93,32 +95,6 @@ def ours_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {OURS_ENV: ",".join(dict.fromkeys([*named, str(os.getpid())]))}
 
 
-def _ppids(proc: Path) -> dict[int, int]:
-    out = {}
-    for d in proc.iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            out[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return out
-
-
-def descendants(roots: set[int], ppids: Mapping[int, int]) -> set[int]:
-    """``roots`` and every process below them in ``ppids`` (pid -> parent pid)."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in ppids.items():
-        children.setdefault(ppid, []).append(pid)
-    seen, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in seen:
-            seen.add(pid)
-            todo.extend(children.get(pid, ()))
-    return seen
-
-
 def _process_ticks(pids: Iterable[int], proc: Path) -> dict[int, int]:
     """Per pid: CPU ticks used so far (utime + stime, fields 14 and 15 of /proc/<pid>/stat)."""
     out = {}
@@ -155,12 +131,12 @@ def measure(
         roots = ours_roots(env)
         t0, o0, c0 = (
             time.monotonic(),
-            _process_ticks(descendants(roots, _ppids(proc)), proc),
+            _process_ticks(descendants(roots, parent_pids(proc)), proc),
             _cpu_ticks(proc),
         )
         time.sleep(window_s)
         o1, c1, t1 = (
-            _process_ticks(descendants(roots, _ppids(proc)), proc),
+            _process_ticks(descendants(roots, parent_pids(proc)), proc),
             _cpu_ticks(proc),
             time.monotonic(),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -136,6 +137,55 @@ def test_stop_ends_the_whole_process_group():
     rl_launcher.stop(stubborn, grace=0.5)
     assert stubborn.returncode == -signal.SIGKILL
     rl_launcher.stop(None)
+
+
+# As torch's elastic agent (accelerate launch, 2+ processes) starts its ranks: each with
+# start_new_session=True, so outside the launcher's process group. The rank ignores SIGTERM (one
+# that is stopped, or deadlocked, acts on nothing) and says its pid.
+AGENT = (
+    "import subprocess, sys, time; "
+    "rank = subprocess.Popen([sys.executable, '-c', "
+    "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'], "
+    "start_new_session=True); print(rank.pid, flush=True); time.sleep(120)"
+)
+
+
+def start_agent():
+    agent = subprocess.Popen([sys.executable, "-c", AGENT], start_new_session=True, stdout=subprocess.PIPE)
+    rank = int(agent.stdout.readline())
+    assert os.getpgid(rank) != agent.pid  # a group kill alone misses it
+    return agent, rank
+
+
+def rank_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"  # killed; init reaps it
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_rank_in_a_session_of_its_own_ends_with_the_trainer(how):
+    """A SIGKILL of the trainer's group (a hung or stopped rank) ended accelerate's agent and left its
+    ranks running: the stopped one was continued later and trained beside the restarted trainer."""
+    agent, rank = start_agent()
+    try:
+        os.kill(rank, signal.SIGSTOP)  # a stopped rank, as the watch finds it
+        if how == "kill":
+            rl_launcher._kill_group(agent, wait=5)
+        else:
+            rl_launcher.stop(agent, grace=0.5)
+        deadline = time.monotonic() + 5
+        while not rank_gone(rank):
+            assert time.monotonic() < deadline, "the rank outlived its trainer"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank, signal.SIGKILL)
+        agent.kill()
+        agent.wait()
 
 
 TMUX_CHILD = """

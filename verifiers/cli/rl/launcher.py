@@ -56,6 +56,7 @@ from verifiers.cli.rl.echo import ServerEcho
 from verifiers.cli.rl.server_watch import Hang, Prober
 from verifiers.cli.rl.trainer_watch import LIVE_BOUND_S, Stall, TrainerWatch, hang_bound
 from verifiers.errors import ServerError, ServerTimeoutError
+from verifiers.utils import process_tree
 from verifiers.utils.backoff import Backoff, poll_until
 
 if TYPE_CHECKING:
@@ -512,21 +513,29 @@ class Launcher:
 
 
 def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM a child's process group, then SIGKILL what is left after ``grace`` seconds."""
+    """SIGTERM a child's process group, then SIGKILL what is left of its tree after ``grace`` seconds.
+
+    The tree, not only the group: torch's elastic agent runs each trainer rank in a session of its
+    own (utils/process_tree.py); it forwards the SIGTERM to them, but a rank left over at the
+    SIGKILL would outlive it."""
     if proc is None:
         return
+    below = process_tree.tree(proc.pid)  # read first: once the launcher is gone, its orphans are not below it
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         # A stopped member (SIGSTOP, a debugger) holds the SIGTERM until continued: continue it,
-        # so that it ends now rather than at the SIGKILL.
+        # so that it ends now rather than at the SIGKILL; the ranks' own sessions too.
         os.killpg(proc.pid, signal.SIGCONT)
     except (ProcessLookupError, PermissionError):
         return
+    process_tree.signal_all(below - {proc.pid}, signal.SIGCONT)
 
-    if poll_until(lambda: _group_gone(proc), Backoff(first=0.1, max_delay=0.1, timeout=grace)):
+    if poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.1, max_delay=0.1, timeout=grace)):
         return
     _signal_group(proc, signal.SIGKILL)
+    process_tree.signal_all(process_tree.running(below | process_tree.tree(proc.pid)), signal.SIGKILL)
     proc.wait()
+    poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.05, max_delay=0.2, timeout=grace))
 
 
 def _group_gone(proc: subprocess.Popen) -> bool | None:
@@ -539,10 +548,20 @@ def _group_gone(proc: subprocess.Popen) -> bool | None:
     return None
 
 
+def _tree_gone(proc: subprocess.Popen, below: set[int]) -> bool | None:
+    """True once the child's group and every process that was below it have ended."""
+    if _group_gone(proc) and not process_tree.running(below - {proc.pid}):
+        return True
+    return None
+
+
 def _kill_group(proc: subprocess.Popen, wait: float = STOP_GRACE_S) -> None:
-    """SIGKILL a child's whole process group (a stopped process too) and wait until it is gone."""
+    """SIGKILL a child's whole process group and every process below it (a stopped one too; the
+    trainer's ranks lead sessions of their own: utils/process_tree.py) and wait until all are gone."""
+    below = process_tree.tree(proc.pid)  # before the kill, which re-parents them to init
     _signal_group(proc, signal.SIGKILL)
-    poll_until(lambda: _group_gone(proc), Backoff(first=0.05, max_delay=0.2, timeout=wait))
+    process_tree.signal_all(below - {proc.pid}, signal.SIGKILL)
+    poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.05, max_delay=0.2, timeout=wait))
     proc.wait()
 
 
