@@ -46,3 +46,73 @@ def test_progress_callback_beats_at_each_step(tmp_path):
     callback = hb.progress_callback(beat)
     callback.on_step_end(None, None, None)
     assert (0, STEP) in read_beats(tmp_path)
+
+
+def test_the_beat_thread_ends_the_rank_once_its_launcher_is_gone(tmp_path):
+    ended = []
+    beat = hb.Heartbeat(tmp_path, 0, parent=os.getppid(), on_orphan=ended.append).start(period=0.02)
+    time.sleep(0.2)
+    assert ended == []  # the launcher is there: beats go on
+    beat.stop.set()
+    gone = os.getppid() + 1_000_000  # a parent that is not this process's any more
+    hb.Heartbeat(tmp_path, 0, parent=gone, on_orphan=ended.append).start(period=0.02)
+    deadline = time.monotonic() + 5
+    while not ended:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert ended == [gone]
+    hb.Heartbeat(tmp_path, 1, on_orphan=ended.append).start(period=0.02).stop.set()  # no parent: not watched
+
+
+def running(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+ORPHAN = """
+import os, subprocess, sys, time
+from verifiers.training.lifecycle import heartbeat as hb
+if sys.argv[1] == "launcher":  # starts the rank, says its pid, then is killed by the test
+    rank = subprocess.Popen([sys.executable, __file__, "rank"], env={**os.environ, hb.ENV_DIR: sys.argv[2]})
+    print(rank.pid, flush=True)
+    time.sleep(120)
+else:  # a rank under vf-rl: trains for two minutes unless its launcher goes
+    hb.start_from_env()
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_rank_whose_launcher_is_killed_ends_within_a_few_beats(tmp_path):
+    """torch's elastic agent starts each rank in a session of its own: a SIGKILL of the agent (vf-rl's
+    kill of the trainer, the OOM killer) reached no rank, and the orphans trained on."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "PYTHONPATH": root}
+    launcher = subprocess.Popen(
+        [sys.executable, str(script), "launcher", str(tmp_path / "beats")], stdout=subprocess.PIPE, env=env
+    )
+    rank = int(launcher.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while not hb.beat_path(tmp_path / "beats", 0, LIVE).exists():  # the rank's thread runs
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 3 * hb.LIVE_BEAT_S + 5
+        while running(rank):
+            assert time.monotonic() < deadline, "the rank outlived its launcher"
+            time.sleep(0.1)
+    finally:
+        try:
+            os.kill(rank, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

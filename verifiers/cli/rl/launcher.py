@@ -520,7 +520,7 @@ def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
     SIGKILL would outlive it."""
     if proc is None:
         return
-    below = process_tree.tree(proc.pid)  # read first: once the launcher is gone, its orphans are not below it
+    below = _below(proc)  # read first: once the launcher is gone, its orphans are not below it
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         # A stopped member (SIGSTOP, a debugger) holds the SIGTERM until continued: continue it,
@@ -533,7 +533,7 @@ def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
     if poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.1, max_delay=0.1, timeout=grace)):
         return
     _signal_group(proc, signal.SIGKILL)
-    process_tree.signal_all(process_tree.running(below | process_tree.tree(proc.pid)), signal.SIGKILL)
+    process_tree.signal_all(process_tree.running(below), signal.SIGKILL)
     proc.wait()
     poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.05, max_delay=0.2, timeout=grace))
 
@@ -548,6 +548,12 @@ def _group_gone(proc: subprocess.Popen) -> bool | None:
     return None
 
 
+def _below(proc: subprocess.Popen) -> set[int]:
+    """The processes below a running child, itself included; none once it has ended and been reaped
+    (its pid may then be another process's, and its orphans hang below init)."""
+    return process_tree.tree(proc.pid) if proc.poll() is None else set()
+
+
 def _tree_gone(proc: subprocess.Popen, below: set[int]) -> bool | None:
     """True once the child's group and every process that was below it have ended."""
     if _group_gone(proc) and not process_tree.running(below - {proc.pid}):
@@ -558,7 +564,7 @@ def _tree_gone(proc: subprocess.Popen, below: set[int]) -> bool | None:
 def _kill_group(proc: subprocess.Popen, wait: float = STOP_GRACE_S) -> None:
     """SIGKILL a child's whole process group and every process below it (a stopped one too; the
     trainer's ranks lead sessions of their own: utils/process_tree.py) and wait until all are gone."""
-    below = process_tree.tree(proc.pid)  # before the kill, which re-parents them to init
+    below = _below(proc)  # before the kill, which re-parents them to init
     _signal_group(proc, signal.SIGKILL)
     process_tree.signal_all(below - {proc.pid}, signal.SIGKILL)
     poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.05, max_delay=0.2, timeout=wait))

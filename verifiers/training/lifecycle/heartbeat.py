@@ -14,6 +14,14 @@ time:
   begins (model loading and the first wait for the server come before it). Its bound,
   ``trainer.hang_timeout_s``, must outlast the longest normal gap between two such points.
 
+The same thread ends the rank once the process that started it is gone (its parent pid changed:
+re-parented to init or a subreaper): ``vf-rl`` itself for one process, torch's elastic agent
+(``accelerate launch``) for two or more, which starts each rank in a session of its own, so that a
+SIGKILL of the agent (vf-rl's ``kill_trainer`` fault, the OOM killer) reached no rank. Orphaned
+ranks went on training, and a restarted trainer then trained beside them. The rank prints one line
+and exits at once (status :data:`ORPHAN_STATUS`); its last complete checkpoint is what a restart
+resumes from.
+
 ``$VF_RL_ATTEMPT`` (1, 2, ...) is the trainer's attempt in a vf-rl run: a trainer restarted after a
 crash or a hang is attempt 2 and on (output.py marks the steps it logs again as redone).
 """
@@ -21,7 +29,9 @@ crash or a hang is attempt 2 and on (output.py marks the steps it logs again as 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,7 @@ ENV_ATTEMPT = "VF_RL_ATTEMPT"
 LIVE_BEAT_S = 2.0  # the liveness thread's period: far below vf-rl's bound (trainer_watch.LIVE_BOUND_S)
 LIVE = "live"
 STEP = "step"
+ORPHAN_STATUS = 1
 
 _STARTED: list[Heartbeat] = []  # one per process
 
@@ -51,8 +62,17 @@ def attempt() -> int | None:
 class Heartbeat:
     """One rank's two beat files (see the module docstring)."""
 
-    def __init__(self, folder: str | os.PathLike, rank: int, pid: int | None = None):
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        rank: int,
+        pid: int | None = None,
+        parent: int | None = None,
+        on_orphan: Callable[[int], None] | None = None,
+    ):
         self.folder, self.rank, self.pid = Path(folder), rank, pid if pid is not None else os.getpid()
+        self.parent = parent  # the launcher's pid, watched by the thread; None: not watched
+        self.on_orphan = on_orphan or _end_orphan
         self.stop = threading.Event()
 
     def _touch(self, kind: str) -> None:
@@ -81,6 +101,9 @@ class Heartbeat:
 
         def loop() -> None:
             while not self.stop.wait(period):
+                if self.parent is not None and os.getppid() != self.parent:
+                    self.on_orphan(self.parent)
+                    return
                 self.live()
 
         threading.Thread(target=loop, name="vf-heartbeat", daemon=True).start()
@@ -97,8 +120,20 @@ def start_from_env() -> Heartbeat | None:
             rank = int(os.environ.get("RANK", "0"))
         except ValueError:
             rank = 0
-        _STARTED.append(Heartbeat(folder, rank).start())
+        _STARTED.append(Heartbeat(folder, rank, parent=os.getppid()).start())
     return _STARTED[0]
+
+
+def _end_orphan(parent: int) -> None:
+    """The launcher (pid ``parent``) is gone: end this rank now (see the module docstring)."""
+    rank = os.environ.get("RANK", "0")
+    print(
+        f"trainer rank {rank}: the process that started it (pid {parent}) is gone; ending it "
+        "(a restart resumes from the last complete checkpoint)",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(ORPHAN_STATUS)
 
 
 def progress_callback(beat: Heartbeat) -> Any:
