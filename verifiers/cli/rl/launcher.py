@@ -225,7 +225,8 @@ class Launcher:
         stop(server.proc)  # what is left of its group (vLLM's engine core) holds memory and the port
         if server.pump is not None:
             server.pump.join(timeout=5)
-        error = first_error(server.log, start=server.log_start)
+        # One killed for a hang did not die of an error in its log (see _restart_trainer).
+        error = first_error(server.log, start=server.log_start) if hang is None else ""
         if self.restarts >= limit:
             done = f"restarted {self.restarts} time(s) already" if limit else "restarts are off"
             if hang is None:
@@ -272,7 +273,9 @@ class Launcher:
         _kill_group(trainer.proc)  # what is left of its group (other ranks, workers) holds memory
         if trainer.pump is not None:
             trainer.pump.join(timeout=5)
-        error = first_error(trainer.log, start=trainer.log_start)
+        # A trainer killed for a stall did not die of an error in its log (one handled before, a
+        # rollout during a server outage, would read as the cause).
+        error = first_error(trainer.log, start=trainer.log_start) if stall is None else ""
         named = f" ({exit_text(status)})" if status < 0 else ""
         cause = stall.line() if stall is not None else f"training failed with exit status {status}{named}"
         if stall is None and self.trainer_restarts == 0 and not self.trainer_watch.reached_training():
