@@ -55,6 +55,32 @@ def test_an_engine_without_progress_while_requests_wait_is_found():
     )
 
 
+def updating(calls: int, done: int) -> Probe:
+    """Generation paused for a weight update; ``calls`` of vf-vllm's engine calls wait, ``done`` answered."""
+    return Probe(True, Progress(steps=11, tokens=11, pending=4, paused=True, calls=calls, calls_done=done))
+
+
+def test_an_engine_stopped_during_a_weight_update_is_found():
+    """chaos.py stopped the engine core while the trainer synced its weights: generation was paused,
+    so the watch expected nothing, and the stop went unnoticed for as long as it lasted (100 s)."""
+    watch = ServerWatch(answer_timeout_s=30, progress_timeout_s=60, now=0.0)
+    watch.observe(moving(11), 5)
+    # the probe at 10 s sees calls answered since the last one; stuck from the next: found at 75 s
+    assert run(watch, [(t, updating(1, 40)) for t in range(10, 75, 5)]) == [None] * 13
+    hang = watch.observe(updating(1, 40), 75.0)
+    assert hang == Hang("no_progress", 60.0, 60, pending=4, calls=1)
+    assert hang.describe(99, "at 01:02:03") == (
+        "vLLM engine core of the inference server (pid 99) made no progress for 60 s with a weight "
+        "update's or adapter's engine call unanswered (1 waiting) at 01:02:03 (stopped or deadlocked; "
+        "inference.progress_timeout_s = 60)"
+    )
+
+
+def test_a_long_update_whose_engine_calls_keep_finishing_is_no_hang():
+    watch = ServerWatch(answer_timeout_s=30, progress_timeout_s=60, now=0.0)
+    assert all(watch.observe(updating(1, done=t), t) is None for t in range(5, 400, 5))  # one call a probe
+
+
 @pytest.mark.parametrize(
     "probe",
     [
@@ -105,6 +131,17 @@ def test_reset_forgives_what_came_before_a_restart():
         (
             {"steps": 3, "tokens": 9, "pending": None, "paused": True, "counted": True},
             Progress(3, 9, 0, True),
+        ),
+        (
+            {
+                "steps": 3,
+                "tokens": 9,
+                "paused": True,
+                "engine_calls": 1,
+                "engine_calls_done": 7,
+                "counted": True,
+            },
+            Progress(3, 9, 0, True, calls=1, calls_done=7),
         ),
         ({"steps": 0, "tokens": 0, "pending": 1, "paused": False, "counted": False}, None),
         ({"detail": "Not Found"}, None),

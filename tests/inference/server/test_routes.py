@@ -43,5 +43,36 @@ def test_the_progress_route_answers_without_the_engine():
     thread.start()
     thread.join(20)
     assert answer == {
-        "steps": 1, "tokens": 5, "pending": 2, "running": None, "waiting": None, "paused": False, "counted": True,
+        "steps": 1, "tokens": 5, "pending": 2, "running": None, "waiting": None, "paused": False,
+        "engine_calls": 0, "engine_calls_done": 0, "counted": True,
     }  # fmt: skip
+
+
+def test_the_progress_route_counts_vf_vllms_engine_calls_waiting_and_answered():
+    """A weight update's call into a stopped engine core waits while generation is paused: the route
+    says so (engine_calls), so that the hang watch (cli/rl/server_watch.py) can find it."""
+    pytest.importorskip("fastapi")
+    from fastapi import FastAPI
+
+    from verifiers.inference.server.routes import attach, progress
+    from verifiers.inference.server.state import RouteError, Settings
+
+    engine = SimpleNamespace(engine_core=FakeCore(), output_processor=SimpleNamespace(request_states={}))
+    state = attach(FastAPI(), engine, Settings())
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(vf=state)))
+
+    async def main():
+        stuck = asyncio.create_task(state.call(asyncio.Event().wait(), "load", 60, "reloading"))
+        await asyncio.sleep(0.05)
+        during = await progress(request)
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        assert await state.call(asyncio.sleep(0, "ok"), "commit", 60, "committing") == "ok"
+        with pytest.raises(RouteError):
+            await state.call(asyncio.sleep(1), "commit", 0.01, "committing")  # a timeout: not an answer
+        return during, await progress(request)
+
+    during, after = asyncio.run(main())
+    assert (during["engine_calls"], during["engine_calls_done"]) == (1, 0)
+    assert (after["engine_calls"], after["engine_calls_done"]) == (0, 1)  # only the call that was answered

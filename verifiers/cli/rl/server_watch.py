@@ -6,10 +6,12 @@ stays alive but stops serving is found here, from a probe of ``GET /vf/progress`
 
 - **not answering**: no HTTP answer at all for ``answer_timeout_s`` (the API process is
   stopped, deadlocked, or its event loop is blocked);
-- **no progress**: it answers, requests are pending, generation is not paused on purpose,
-  yet the engine's step counter has not moved for ``progress_timeout_s`` (the engine core
-  is stopped or deadlocked: the API process still answers, since the route reads counters
-  it keeps itself).
+- **no progress**: it answers, yet for ``progress_timeout_s`` the engine has not moved while
+  something waited on it: requests pending with generation not paused on purpose (its step
+  counter still), or one of vf-vllm's own calls into the engine unanswered (a weight update's
+  or an adapter's, made while generation is paused: none of those calls finished). The engine
+  core is stopped or deadlocked; the API process still answers, since the route reads counters
+  it keeps itself.
 
 :class:`ServerWatch` is the decision alone, fed probe results and times (tests use a fake
 clock). :class:`Prober` runs it on a daemon thread against a URL; the launcher reads
@@ -43,7 +45,9 @@ class Progress:
     steps: int  # engine output batches received so far
     tokens: int  # tokens generated so far
     pending: int  # requests handed to the engine and not finished
-    paused: bool  # generation paused on purpose (weight update, sleep): no progress expected
+    paused: bool  # generation paused on purpose (weight update, sleep): no output expected
+    calls: int = 0  # vf-vllm's calls into the engine waiting for an answer (0 from older servers)
+    calls_done: int = 0  # and those answered so far
 
     @classmethod
     def from_answer(cls, body: Any) -> Progress | None:
@@ -57,6 +61,8 @@ class Progress:
                 tokens=int(body["tokens"]),
                 pending=int(body.get("pending") or 0),
                 paused=bool(body.get("paused")),
+                calls=int(body.get("engine_calls") or 0),
+                calls_done=int(body.get("engine_calls_done") or 0),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -78,6 +84,7 @@ class Hang:
     seconds: float
     bound: float
     pending: int = 0
+    calls: int = 0  # vf-vllm's engine calls unanswered (an update's) when generation was paused
 
     def describe(self, pid: int, when: str) -> str:
         """The launcher's line up to its verdict, e.g. ``Inference server (pid 1234) did not answer
@@ -88,10 +95,13 @@ class Hang:
                 f"Inference server (pid {pid}) did not answer {PROGRESS_ROUTE} for {self.seconds:.0f} s "
                 f"{when} (stopped or deadlocked; inference.hang_timeout_s = {self.bound:g})"
             )
-        requests = f"{self.pending} request{'s' if self.pending != 1 else ''}"
+        if self.calls:  # paused for a weight update or an adapter: vf-vllm's own call waits
+            waiting = f"a weight update's or adapter's engine call unanswered ({self.calls} waiting)"
+        else:
+            waiting = f"{self.pending} request{'s' if self.pending != 1 else ''} pending"
         return (
             f"vLLM engine core of the inference server (pid {pid}) made no progress for "
-            f"{self.seconds:.0f} s with {requests} pending {when} (stopped or deadlocked; "
+            f"{self.seconds:.0f} s with {waiting} {when} (stopped or deadlocked; "
             f"inference.progress_timeout_s = {self.bound:g})"
         )
 
@@ -110,7 +120,7 @@ class ServerWatch:
     def reset(self, now: float) -> None:
         """A (re)started server, ready at ``now``: nothing is held against it yet."""
         self.last_answer = now
-        self.counter: tuple[int, int] | None = None
+        self.counter: tuple[int, int, int] | None = None
         # When the engine was first seen stuck at ``counter`` with work pending; None: not stuck.
         self.stuck_since: float | None = None
 
@@ -126,8 +136,9 @@ class ServerWatch:
         if p is None:
             self.counter = self.stuck_since = None  # nothing to go by
             return None
-        counter = (p.steps, p.tokens)
-        if p.pending <= 0 or p.paused or counter != self.counter:
+        counter = (p.steps, p.tokens, p.calls_done)
+        waiting = (p.pending > 0 and not p.paused) or p.calls > 0
+        if not waiting or counter != self.counter:
             # Idle, paused on purpose, or moving: a stall can only start from here. Its start is
             # taken at the first probe that sees it (the counter may have moved just before):
             # a stall is found at most one interval late, never early.
@@ -139,7 +150,8 @@ class ServerWatch:
             return None
         stuck = now - self.stuck_since
         if self.progress_timeout_s and stuck >= self.progress_timeout_s:
-            return Hang("no_progress", stuck, self.progress_timeout_s, pending=p.pending)
+            calls = p.calls if p.paused or p.pending <= 0 else 0
+            return Hang("no_progress", stuck, self.progress_timeout_s, pending=p.pending, calls=calls)
         return None
 
 

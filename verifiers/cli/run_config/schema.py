@@ -14,7 +14,7 @@
     # host = "127.0.0.1"; port = 8000
     # max_restarts = 3                 # restarts of a server that dies mid-run (0: stop the run)
     # hang_timeout_s = 60              # a server not answering this long is killed and restarted
-    # progress_timeout_s = 120         # ... or its engine making no progress with requests waiting
+    # progress_timeout_s = 120         # ... or its engine making no progress while work waits
     [inference.args]                   # -> vf-vllm flags: enforce_eager = true -> --enforce-eager
     enforce_eager = true
 
@@ -122,7 +122,8 @@ class InferenceConfig:
     progress_timeout_s: float = _key(
         DEFAULT_PROGRESS_TIMEOUT_S,
         "Seconds the server's engine may make no progress while requests wait (generation not "
-        "paused) before vf-rl kills and restarts the server (counted in max_restarts); 0: never.",
+        "paused) or a weight sync's call into it waits, before vf-rl kills and restarts the server "
+        "(counted in max_restarts); 0: never.",
     )
     # without host/port: those are above
     args: dict[str, Any] = _key({}, "vf-vllm flags: enforce_eager = true -> --enforce-eager.")

@@ -240,6 +240,8 @@ async def progress(request: Request):
         "running": p.running,
         "waiting": p.waiting,
         "paused": st.generation_paused or st.sleeping,
+        "engine_calls": p.calls,
+        "engine_calls_done": p.calls_done,
         "counted": p.counted,
     }
 

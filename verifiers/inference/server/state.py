@@ -112,6 +112,12 @@ class EngineProgress:
     running: int | None = None  # the scheduler's last counts (sent with each step's stats)
     waiting: int | None = None
     counted: bool = False  # hook() found the core client; else the counters mean nothing
+    # vf-vllm's own calls into the engine (State.call: a weight update's collective_rpc, a pause)
+    # waiting for their answer, and those answered so far. While generation is paused for an
+    # update, no output batch is expected, but these must move: an engine core stopped during an
+    # update left /vf/progress saying "paused" and the watch waiting, for as long as the stop lasted.
+    calls: int = 0
+    calls_done: int = 0
 
     def hook(self, engine: Any) -> bool:
         """Count ``engine``'s outputs from now on; False when this engine has no core client to
@@ -212,15 +218,26 @@ class State:
     async def call(
         self, awaitable: Awaitable[Any], stage: str, timeout: float, what: str, status: int = 500
     ) -> Any:
-        """Await an engine call within ``timeout``; any failure becomes a RouteError naming ``stage``."""
+        """Await an engine call within ``timeout``; any failure becomes a RouteError naming ``stage``.
+        Counted in ``progress`` while it waits, and as done once the engine answered (a result or
+        its error; not a timeout or a cancel, which prove nothing of the engine): EngineProgress.calls."""
+        self.progress.calls += 1
+        answered = False
         try:
-            return await asyncio.wait_for(awaitable, timeout)
+            result = await asyncio.wait_for(awaitable, timeout)
+            answered = True
+            return result
         except (asyncio.TimeoutError, TimeoutError) as e:
             raise RouteError(504, stage, f"{what} took longer than {timeout:.0f}s; raise timeout_s") from e
         except RouteError:
+            answered = True
             raise
         except Exception as e:  # noqa: BLE001 - any engine failure becomes a typed error
+            answered = True
             raise RouteError(status, stage, f"{what} failed: {type(e).__name__}: {e}") from e
+        finally:
+            self.progress.calls -= 1
+            self.progress.calls_done += answered
 
     async def rpc(self, method: str, stage: str, timeout: float, *args: Any) -> Any:
         """First worker's result of ``collective_rpc`` (every worker runs it)."""
