@@ -426,6 +426,16 @@ def within_bounds(faults: Sequence[Fault], step_s: float) -> tuple[int, int]:
     return sum(1 for d, b in judged if d <= b), len(judged)
 
 
+def undetected(faults: Sequence[Fault], step_s: float) -> list[str]:
+    """Injected faults with a stated bound that vf-rl never reported (a stop released unnoticed):
+    ``within_bounds`` judges detections only, so these are listed beside it, never left out."""
+    return [
+        f"{i}:{f.kind}"
+        for i, f in enumerate(faults, 1)
+        if f.injected_s is not None and f.detected_s is None and detect_bound(f.kind, step_s) is not None
+    ]
+
+
 def format_table(faults: Sequence[Fault], step_s: float = STEP_S) -> str:
     """The markdown table: one row per fault in the schedule (skipped ones say why)."""
     rows = [
@@ -1042,6 +1052,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "faults": [dataclasses.asdict(f) for f in faults],
         "comparison": result,
         "detections_within_bounds": dict(zip(("within", "judged"), within_bounds(faults, args.step_s), strict=True)),
+        "undetected_with_a_bound": undetected(faults, args.step_s),
         "notes": record["notes"],
         "closing": line,
     }  # fmt: skip
@@ -1052,7 +1063,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     inside, judged = within_bounds(faults, args.step_s)
     print(
-        f"detections within their stated bound: {inside} of {judged} (docs/vf-rl.md; '-': no bound of vf-rl's)"
+        f"detections within their stated bound: {inside} of {judged} (docs/vf-rl.md; '-': no bound of vf-rl's); "
+        f"not detected though bounded: {', '.join(undetected(faults, args.step_s)) or 'none'}"
     )
     print(
         f"vf-rl exit {record['exit']} after {record['seconds']:.0f} s; median step {median_step or float('nan'):.1f} s (reference)"

@@ -195,6 +195,9 @@ def test_each_detection_is_judged_against_its_stated_bound(bench):
     slow = bench.Fault("stop_server", 1, injected_s=10.0, detected_s=10.0 + 46)
     disk = bench.Fault("full_disk", 1, injected_s=10.0, detected_s=300.0)
     assert bench.within_bounds([fast, slow, disk], 20) == (1, 2)
+    missed = bench.Fault("stop_engine", 1, injected_s=10.0, released_s=110.0)  # released unnoticed
+    unbounded = bench.Fault("full_disk", 1, injected_s=10.0)
+    assert bench.undetected([fast, missed, unbounded], 20) == ["2:stop_engine"]
 
 
 def test_faults_are_attributed_from_the_timed_lines(bench):
