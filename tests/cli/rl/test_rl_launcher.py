@@ -23,6 +23,7 @@ from tests.doubles.vllm_server import free_port  # noqa: E402
 from verifiers.cli.rl import launcher as rl_launcher  # noqa: E402
 from verifiers.cli.rl import plan as rl_cli  # noqa: E402
 from verifiers.errors import ServerError, ServerTimeoutError  # noqa: E402
+from verifiers.utils import process_tree  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_process")  # tests/cli/conftest.py
 
@@ -157,14 +158,6 @@ def start_agent():
     return agent, rank
 
 
-def rank_gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"  # killed; init reaps it
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_a_rank_in_a_session_of_its_own_ends_with_the_trainer(how):
@@ -178,7 +171,7 @@ def test_a_rank_in_a_session_of_its_own_ends_with_the_trainer(how):
         else:
             rl_launcher.stop(agent, grace=0.5)
         deadline = time.monotonic() + 5
-        while not rank_gone(rank):
+        while process_tree.running({rank}):  # a zombie (killed, not yet reaped by init) has ended
             assert time.monotonic() < deadline, "the rank outlived its trainer"
             time.sleep(0.05)
     finally:

@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 
 from verifiers.cli.rl.trainer_watch import Beat, read_beats  # noqa: E402
 from verifiers.training.lifecycle import heartbeat as hb  # noqa: E402
+from verifiers.utils import process_tree  # noqa: E402
 
 LIVE, STEP = hb.LIVE, hb.STEP
 
@@ -64,13 +65,6 @@ def test_the_beat_thread_ends_the_rank_once_its_launcher_is_gone(tmp_path):
     hb.Heartbeat(tmp_path, 1, on_orphan=ended.append).start(period=0.02).stop.set()  # no parent: not watched
 
 
-def running(pid: int) -> bool:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
-    except OSError:
-        return False
-
-
 ORPHAN = """
 import os, subprocess, sys, time
 from verifiers.training.lifecycle import heartbeat as hb
@@ -108,7 +102,7 @@ def test_a_rank_whose_launcher_is_killed_ends_within_a_few_beats(tmp_path):
         launcher.kill()
         launcher.wait()
         deadline = time.monotonic() + 3 * hb.LIVE_BEAT_S + 5
-        while running(rank):
+        while process_tree.running({rank}):  # a zombie has ended
             assert time.monotonic() < deadline, "the rank outlived its launcher"
             time.sleep(0.1)
     finally:

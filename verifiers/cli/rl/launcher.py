@@ -535,10 +535,7 @@ def stop(proc: subprocess.Popen | None, grace: float = STOP_GRACE_S) -> None:
 
     if poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.1, max_delay=0.1, timeout=grace)):
         return
-    _signal_group(proc, signal.SIGKILL)
-    process_tree.signal_all(process_tree.running(below), signal.SIGKILL)
-    proc.wait()
-    poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.05, max_delay=0.2, timeout=grace))
+    _kill_group(proc, grace, below)
 
 
 def _group_gone(proc: subprocess.Popen) -> bool | None:
@@ -564,10 +561,12 @@ def _tree_gone(proc: subprocess.Popen, below: set[int]) -> bool | None:
     return None
 
 
-def _kill_group(proc: subprocess.Popen, wait: float = STOP_GRACE_S) -> None:
+def _kill_group(proc: subprocess.Popen, wait: float = STOP_GRACE_S, below: set[int] | None = None) -> None:
     """SIGKILL a child's whole process group and every process below it (a stopped one too; the
-    trainer's ranks lead sessions of their own: utils/process_tree.py) and wait until all are gone."""
-    below = _below(proc)  # before the kill, which re-parents them to init
+    trainer's ranks lead sessions of their own: utils/process_tree.py) and wait until all are gone.
+    ``below``: the tree as read before (``stop`` reads it before its SIGTERM)."""
+    if below is None:
+        below = _below(proc)  # before the kill, which re-parents them to init
     _signal_group(proc, signal.SIGKILL)
     process_tree.signal_all(below - {proc.pid}, signal.SIGKILL)
     poll_until(lambda: _tree_gone(proc, below), Backoff(first=0.05, max_delay=0.2, timeout=wait))
